@@ -1,0 +1,37 @@
+"""Command line: ``python -m components render --stack <name> [--out DIR]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .settings import SettingsError
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Render a stack offline; exit 0, or 2 with one clear message when its settings are invalid."""
+    parser = argparse.ArgumentParser(prog="python -m components", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    render_cmd = commands.add_parser("render", help="render a stack offline under Pulumi's mock engine")
+    render_cmd.add_argument("--stack", required=True, help="stack name (Pulumi.<stack>.yaml)")
+    render_cmd.add_argument("--out", type=Path, help="output folder (default: build/<stack>)")
+    render_cmd.add_argument("--config-file", type=Path, help="stack file to use instead of Pulumi.<stack>.yaml")
+    args = parser.parse_args(argv)
+
+    from . import render
+
+    try:
+        result = render.rendering(args.stack, render.run(args.stack, args.config_file))
+    except SettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    out_dir = args.out or render.ROOT / "build" / args.stack
+    render.write(result, out_dir)
+    print(render.summary(result))
+    print(f"wrote {out_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

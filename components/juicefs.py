@@ -1,0 +1,166 @@
+"""JuiceFS: the JuiceFS CSI driver, the volume Secret, and the cold tier's mount options.
+
+The chart is a Helm release (not ``helm.v4.Chart``, which skips hook resources) with
+``csidriver.disableHooks`` on, so the CSIDriver is an ordinary release object that upgrades never delete.
+Mount options go in the StorageClass ``mountOptions`` list: the driver has no mount-options parameter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+from pydantic import Field
+
+from . import kube, versions
+from .settings import DnsLabel, Section
+from .storage_tiers import Tier, TierClass
+
+DRIVER = "csi.juicefs.com"
+SECRET_NAME = "juicefs-volume"
+
+
+class CacheSettings(Section):
+    """The JuiceFS client cache on each node (mount options of the cold tier)."""
+
+    cache_dir: str = Field("/var/jfsCache", pattern=r"^/[^,\s]*$")
+    """Node directory of the local block cache (put it on NVMe)."""
+    cache_size_mib: int = Field(102400, ge=0, le=100 * 1024 * 1024)
+    """Local cache capacity in MiB."""
+    free_space_ratio: float = Field(0.1, ge=0.0, lt=1.0)
+    """Share of the cache disk JuiceFS keeps free."""
+    buffer_size_mib: int = Field(1024, ge=32, le=65536)
+    """Read/write buffer in MiB; bounds read-ahead and prefetch."""
+    prefetch: int = Field(3, ge=0, le=64)
+    """Blocks fetched concurrently ahead of a sequential reader."""
+    max_uploads: int = Field(20, ge=1, le=512)
+    """Concurrent uploads to the object store."""
+    max_downloads: int = Field(200, ge=1, le=1024)
+    """Concurrent downloads from the object store."""
+    writeback: bool = False
+    """Upload asynchronously from the local cache (faster writes, data at risk until uploaded)."""
+    open_cache_seconds: int = Field(0, ge=0, le=86400)
+    """Seconds open files keep cached metadata (read-mostly datasets benefit)."""
+    attr_cache_seconds: int = Field(1, ge=0, le=86400)
+    """Seconds file attributes are cached by the kernel."""
+    entry_cache_seconds: int = Field(1, ge=0, le=86400)
+    """Seconds file entries are cached by the kernel."""
+    extra_mount_options: list[str] = []
+    """Further `juicefs mount` options, each `name` or `name=value` without the leading `--`."""
+
+
+class JuiceFSSettings(Section):
+    """The JuiceFS CSI driver and the platform's JuiceFS volume."""
+
+    enabled: bool = True
+    """Install the JuiceFS CSI driver and serve the tiers mapped to `juicefs`."""
+    namespace: DnsLabel = "juicefs-csi"
+    """Namespace of the CSI driver and the volume Secret."""
+    volume_name: DnsLabel = "ai-datasets"
+    """JuiceFS file system name (`juicefs format` name)."""
+    cache: CacheSettings = CacheSettings()
+    """Client cache and transfer tuning."""
+
+
+def mount_options(cache: CacheSettings) -> list[str]:
+    """The cold tier's mount options, each passed to ``juicefs mount`` as ``--<option>``."""
+    options = [
+        f"cache-dir={cache.cache_dir}",
+        f"cache-size={cache.cache_size_mib}",
+        f"free-space-ratio={cache.free_space_ratio}",
+        f"buffer-size={cache.buffer_size_mib}",
+        f"prefetch={cache.prefetch}",
+        f"max-uploads={cache.max_uploads}",
+        f"max-downloads={cache.max_downloads}",
+        f"open-cache={cache.open_cache_seconds}",
+        f"attr-cache={cache.attr_cache_seconds}",
+        f"entry-cache={cache.entry_cache_seconds}",
+    ]
+    if cache.writeback:
+        options.append("writeback")
+    return options + list(cache.extra_mount_options)
+
+
+def chart_values() -> dict[str, object]:
+    """Helm values of the juicefs-csi-driver release."""
+    return {
+        "mountMode": "mountpod",
+        "csidriver": {"disableHooks": True},
+        # The admission webhook only exists in sidecar mode; keep cert-manager out of a mountpod install.
+        "webhook": {"certManager": {"enabled": False}},
+    }
+
+
+@dataclass
+class JuiceFSArgs:
+    """Inputs of JuiceFS."""
+
+    settings: JuiceFSSettings
+    metaurl: pulumi.Input[str]
+    """Metadata engine URL (secret)."""
+    storage: str
+    """JuiceFS storage type (`minio`, `s3`)."""
+    bucket_url: pulumi.Input[str]
+    access_key: pulumi.Input[str]
+    secret_key: pulumi.Input[str]
+
+
+class JuiceFS(pulumi.ComponentResource):
+    """The JuiceFS CSI driver and the platform volume's credentials."""
+
+    secret_name: pulumi.Output[str]
+    """Name of the volume Secret the StorageClasses reference."""
+
+    def __init__(self, name: str, args: JuiceFSArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("ai-storage:juicefs:JuiceFS", name, None, opts)
+        s = args.settings
+        self._settings = s
+        ns = kube.namespace(f"{name}-ns", s.namespace, "privileged", self)
+        pin = versions.JUICEFS_CSI
+        self._driver = k8s.helm.v3.Release(
+            f"{name}-csi-driver",
+            name="juicefs-csi-driver",
+            namespace=ns.metadata.name,
+            chart=pin.chart,
+            version=pin.version,
+            repository_opts={"repo": pin.repo},
+            values=chart_values(),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        secret = k8s.core.v1.Secret(
+            f"{name}-volume",
+            metadata={"name": SECRET_NAME, "namespace": ns.metadata.name},
+            type="Opaque",
+            string_data={
+                key: pulumi.Output.secret(value)
+                for key, value in {
+                    "name": s.volume_name,
+                    "metaurl": args.metaurl,
+                    "storage": args.storage,
+                    "bucket": args.bucket_url,
+                    "access-key": args.access_key,
+                    "secret-key": args.secret_key,
+                }.items()
+            },
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self._secret = secret
+        self.secret_name = secret.metadata.name
+        self.register_outputs({"secret_name": self.secret_name})
+
+    def tier_class(self, tier: Tier) -> TierClass:
+        """Any tier on JuiceFS: shared (RWX), object-backed, with the cache mount options."""
+        ns = self._settings.namespace
+        return TierClass(
+            provisioner=DRIVER,
+            parameters={
+                "csi.storage.k8s.io/provisioner-secret-name": SECRET_NAME,
+                "csi.storage.k8s.io/provisioner-secret-namespace": ns,
+                "csi.storage.k8s.io/node-publish-secret-name": SECRET_NAME,
+                "csi.storage.k8s.io/node-publish-secret-namespace": ns,
+            },
+            access_mode="ReadWriteMany",
+            mount_options=mount_options(self._settings.cache),
+            depends_on=[self._driver, self._secret],
+        )

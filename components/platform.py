@@ -1,0 +1,141 @@
+"""Platform: the whole storage platform for one stack, each component switchable per stack."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+from pydantic import Field
+
+from .juicefs import JuiceFS, JuiceFSArgs, JuiceFSSettings
+from .metadata_engine import MetadataEngine, MetadataEngineArgs, MetadataSettings
+from .object_store import ObjectStore, ObjectStoreArgs, ObjectStoreSettings
+from .settings import Problem, Section, SettingsError, load_profile, merge, validate
+from .storage_tiers import TIERS, StorageTiers, StorageTiersArgs, TierBackend, TiersSettings
+
+
+class ClusterSettings(Section):
+    """The target cluster and how stateful resources are guarded."""
+
+    kubernetes_version: str = Field("1.33", pattern=r"^1\.(2[5-9]|3[0-7])$")
+    """Kubernetes minor version of the cluster (1.25 to 1.37); rendered objects are validated against it."""
+    kubeconfig: str | None = None
+    """Path to the kubeconfig for `pulumi up`; unset uses the ambient KUBECONFIG."""
+    context: str | None = None
+    """kubeconfig context to deploy to; unset uses the current context."""
+    protect_stateful_resources: bool = False
+    """Set `protect` and `retainOnDelete` on buckets, data volumes and clusters (on for staging and prod)."""
+
+
+class PlatformSettings(Section):
+    """Every setting of a stack, by section."""
+
+    profile: str = "dev"
+    """Environment profile in `stacks/` the stack starts from (defaults to the stack name)."""
+    cluster: ClusterSettings = ClusterSettings()
+    """Target cluster and protection of stateful resources."""
+    object_store: ObjectStoreSettings = ObjectStoreSettings()
+    """Object store (durable cold copy)."""
+    metadata: MetadataSettings = MetadataSettings()
+    """Redis metadata engine for JuiceFS."""
+    juicefs: JuiceFSSettings = JuiceFSSettings()
+    """JuiceFS CSI driver and cache."""
+    tiers: TiersSettings = TiersSettings()
+    """Tier-to-backend map and StorageClass naming."""
+
+    def backends(self) -> dict[str, bool]:
+        """Which tier backends the stack enables."""
+        return {"juicefs": self.juicefs.enabled, "cephfs": False, "topolvm": False}
+
+    def problems(self) -> list[Problem]:
+        """Rules that span sections (each field alone is already valid)."""
+        found = []
+        enabled = self.backends()
+        for tier in TIERS:
+            backend = getattr(self.tiers, tier)
+            if backend != "none" and not enabled[backend]:
+                found.append(
+                    Problem(
+                        f"tiers.{tier}",
+                        f"a backend this stack enables ({', '.join(b for b, on in enabled.items() if on) or 'none'})",
+                        backend,
+                        f"enable the {backend} component or map the tier to another backend (or 'none')",
+                    )
+                )
+        if self.tiers.default_tier and getattr(self.tiers, self.tiers.default_tier) == "none":
+            found.append(
+                Problem("tiers.defaultTier", "a tier that has a backend", self.tiers.default_tier, "map it first")
+            )
+        seen: dict[str, str] = {}
+        for key, ns in self.namespaces().items():
+            if ns in seen:
+                found.append(Problem(f"{key}.namespace", f"a namespace not used by {seen[ns]}", ns, "pick another"))
+            seen[ns] = key
+        return found
+
+    def namespaces(self) -> dict[str, str]:
+        """The namespace each enabled component creates, by settings key."""
+        owned = {"objectStore": self.object_store.namespace}
+        if self.juicefs.enabled:
+            owned.update(metadata=self.metadata.namespace, juicefs=self.juicefs.namespace)
+        return owned
+
+
+def load_settings(stack: str, config: Mapping[str, Any]) -> PlatformSettings:
+    """Merge code defaults, the stack's profile and its config; raise SettingsError on any bad value."""
+    profile = config.get("profile", stack)
+    if not isinstance(profile, str):
+        raise SettingsError([Problem("profile", "a profile name", profile, "e.g. dev, staging or prod")])
+    data = merge(load_profile(profile), config)
+    settings: PlatformSettings = validate(PlatformSettings, {**data, "profile": profile})
+    problems = settings.problems()
+    if problems:
+        raise SettingsError(problems)
+    return settings
+
+
+@dataclass
+class PlatformArgs:
+    """Inputs of the Platform."""
+
+    settings: PlatformSettings
+
+
+class Platform(pulumi.ComponentResource):
+    """Object store, metadata engine, JuiceFS and the tier StorageClasses, as the stack's settings say."""
+
+    storage_classes: dict[str, pulumi.Output[str]]
+    """StorageClass name per tier."""
+    object_store: ObjectStore
+    """The object store component."""
+    metadata: MetadataEngine | None
+    """The Redis metadata engine (with JuiceFS only)."""
+
+    def __init__(self, name: str, args: PlatformArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("ai-storage:platform:Platform", name, None, opts)
+        s = args.settings
+        protect = s.cluster.protect_stateful_resources
+        child = pulumi.ResourceOptions(parent=self)
+        self.object_store = ObjectStore(f"{name}-object-store", ObjectStoreArgs(s.object_store, protect), child)
+        backends: dict[str, TierBackend] = {}
+        self.metadata = None
+        if s.juicefs.enabled:
+            self.metadata = MetadataEngine(f"{name}-metadata", MetadataEngineArgs(s.metadata, protect), child)
+            store = self.object_store
+            backends["juicefs"] = JuiceFS(
+                f"{name}-juicefs",
+                JuiceFSArgs(
+                    s.juicefs,
+                    metaurl=self.metadata.url,
+                    storage=store.storage_type,
+                    bucket_url=store.bucket_url,
+                    access_key=store.access_key,
+                    secret_key=store.secret_key,
+                ),
+                child,
+            )
+        tiers = StorageTiers(f"{name}-tiers", StorageTiersArgs(s.tiers, backends), child)
+        self.storage_classes = tiers.classes
+        self.register_outputs({"storage_classes": self.storage_classes})

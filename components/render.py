@@ -1,0 +1,289 @@
+"""Offline renderer: run the same program ``pulumi up`` runs, under Pulumi's mock engine, and write it out.
+
+Output (default ``build/<stack>``): ``plan.json`` (every registered resource in registration order, secrets
+as ``"[secret]"``), ``manifests/<component>.yaml`` (every Kubernetes object created directly) and
+``charts.yaml`` (every Helm release). No cloud or cluster is contacted.
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import yaml
+from google.protobuf import json_format
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime.config import set_all_config
+from pulumi.runtime.settings import get_root_resource, reset_options
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+from .settings import PROJECT, Problem, SettingsError
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET = "[secret]"
+_SIG = "4dabf18193072939515e22adb298388d"
+_SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
+_RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"
+RELEASE = "kubernetes:helm.sh/v3:Release"
+
+
+def clean(value: Any) -> Any:
+    """Wire-format values as plain data: secrets hidden, resource references as URNs, nulls dropped."""
+    if isinstance(value, dict):
+        if value.get(_SIG) == _SECRET_SIG:
+            inner = value.get("value")
+            return {k: SECRET for k in sorted(inner)} if isinstance(inner, dict) else SECRET
+        if value.get(_SIG) == _RESOURCE_SIG:
+            return value.get("urn")
+        return {k: clean(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [clean(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _name(urn: str) -> str:
+    return urn.rsplit("::", 1)[-1]
+
+
+@dataclass
+class Registration:
+    """One resource as the program registered it."""
+
+    type: str
+    name: str
+    urn: str
+    parent: str
+    dependencies: list[str]
+    inputs: dict[str, Any]
+    custom: bool
+    protect: bool
+    retain_on_delete: bool
+
+
+class RecordingMonitor(pulumi_mocks.MockMonitor):
+    """A mock resource monitor that also keeps every registration and the stack outputs."""
+
+    def __init__(self, mocks: pulumi_mocks.Mocks):
+        super().__init__(mocks)
+        self.registrations: list[Registration] = []
+        self.stack_outputs: dict[str, Any] = {}
+
+    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            self.registrations.append(
+                Registration(
+                    type=request.type,
+                    name=request.name,
+                    urn=response.urn,
+                    parent=request.parent,
+                    dependencies=sorted(set(request.dependencies)),
+                    inputs=clean(json_format.MessageToDict(request.object)),
+                    custom=bool(request.custom),
+                    protect=bool(request.protect),
+                    retain_on_delete=bool(request.retainOnDelete),
+                )
+            )
+        return response
+
+
+class PlatformMocks(pulumi_mocks.Mocks):
+    """Echo inputs back as outputs, plus the few computed outputs the program reads."""
+
+    def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        outputs = dict(args.inputs)
+        if args.typ.startswith("random:"):
+            outputs["result"] = f"mock-{args.name}"
+        elif args.typ == "aws:s3/bucket:Bucket":
+            outputs.setdefault("bucket", args.name)
+            outputs["arn"] = f"arn:aws:s3:::{outputs['bucket']}"
+        elif args.typ.startswith("aws:iam/"):
+            outputs["arn"] = f"arn:aws:iam::000000000000:{args.name}"
+            outputs.setdefault("name", args.name)
+            outputs["secret"] = f"mock-{args.name}"
+        return f"{args.name}_id", outputs
+
+    def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict[str, Any], None]:
+        return {}, None
+
+
+def stack_file_config(path: Path) -> tuple[dict[str, str], list[str]]:
+    """The config of a stack file as Pulumi hands it to a program; ``secure`` values are hidden."""
+    if not path.is_file():
+        stacks = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in path.parent.glob("Pulumi.*.yaml"))
+        raise SettingsError([Problem("--stack", f"a stack with a file ({', '.join(stacks)})", path.name, "add it")])
+    data = yaml.safe_load(path.read_text()) or {}
+    config: dict[str, str] = {}
+    secret_keys: list[str] = []
+    for key, value in (data.get("config") or {}).items():
+        full = key if ":" in key else f"{PROJECT}:{key}"
+        if _has_secure(value):
+            secret_keys.append(full)
+            value = _hide_secure(value)
+        if isinstance(value, (dict, list)):
+            config[full] = json.dumps(value)
+        elif isinstance(value, bool):
+            config[full] = "true" if value else "false"
+        else:
+            config[full] = str(value)
+    return config, secret_keys
+
+
+def _has_secure(value: Any) -> bool:
+    if isinstance(value, dict):
+        return set(value) == {"secure"} or any(_has_secure(v) for v in value.values())
+    return isinstance(value, list) and any(_has_secure(v) for v in value)
+
+
+def _hide_secure(value: Any) -> Any:
+    if isinstance(value, dict):
+        return SECRET if set(value) == {"secure"} else {k: _hide_secure(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_hide_secure(v) for v in value]
+    return value
+
+
+def run(stack: str, config_file: Path | None = None, root: Path = ROOT) -> RecordingMonitor:
+    """Run ``root/__main__.py`` for ``stack`` (config from ``Pulumi.<stack>.yaml`` or ``config_file``)
+    under the mock engine; return what it registered."""
+    config, secret_keys = stack_file_config(config_file or root / f"Pulumi.{stack}.yaml")
+    mocks = PlatformMocks()
+    monitor = RecordingMonitor(mocks)
+    reset_options()
+    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
+    set_all_config(config, secret_keys)
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    _sync_await(run_pulumi_func(lambda: runpy.run_path(str(root / "__main__.py"), run_name="__main__")))
+    monitor.stack_outputs = _sync_await(_exports())
+    return monitor
+
+
+async def _exports() -> dict[str, Any]:
+    """The values the program exported, with secret ones hidden (mocks never register stack outputs)."""
+    stack = get_root_resource()
+    exported: dict[str, Any] = {}
+    for key, value in sorted(getattr(stack, "outputs", {}).items()):
+        output = pulumi.Output.from_input(value)
+        exported[key] = SECRET if await output.is_secret() else await output.future()
+    return exported
+
+
+@dataclass
+class Rendering:
+    """What a render writes, as data."""
+
+    plan: dict[str, Any]
+    manifests: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    charts: list[dict[str, Any]] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+
+def is_kubernetes_object(reg: Registration) -> bool:
+    """A Kubernetes object created directly (not a provider, not a Helm release)."""
+    return reg.custom and reg.type.startswith("kubernetes:") and reg.type != RELEASE
+
+
+def component_of(reg: Registration, by_urn: dict[str, Registration]) -> str:
+    """The platform component a resource belongs to (its ancestor just below the Platform)."""
+    current = reg
+    while current.parent in by_urn:
+        parent = by_urn[current.parent]
+        if parent.type == "ai-storage:platform:Platform":
+            return current.name.removeprefix(parent.name + "-")
+        current = parent
+    return "stack"
+
+
+def ordered(regs: list[Registration]) -> list[Registration]:
+    """Registrations in a stable order the engine could register them in: parents and dependencies first,
+    then by type and name (the mock engine's own order varies with thread timing)."""
+    by_urn = {r.urn: r for r in regs}
+    before = {r.urn: {u for u in [r.parent, *r.dependencies] if u in by_urn} for r in regs}
+    done: set[str] = set()
+    out: list[Registration] = []
+    while len(out) < len(regs):
+        ready = [r for r in regs if r.urn not in done and before[r.urn] <= done]
+        first = min(ready, key=lambda r: (r.type, r.name))
+        out.append(first)
+        done.add(first.urn)
+    return out
+
+
+def rendering(stack: str, monitor: RecordingMonitor) -> Rendering:
+    """Turn the registrations into the plan, manifests and charts."""
+    regs = ordered(monitor.registrations)
+    by_urn = {r.urn: r for r in regs}
+    plan = {
+        "project": PROJECT,
+        "stack": stack,
+        "resources": [
+            {
+                "type": r.type,
+                "name": r.name,
+                "parent": _name(r.parent) if r.parent in by_urn else None,
+                "dependsOn": [_name(d) for d in r.dependencies],
+                "inputs": r.inputs,
+            }
+            for r in regs
+        ],
+    }
+    out = Rendering(plan=plan, outputs=monitor.stack_outputs)
+    for r in regs:
+        if is_kubernetes_object(r):
+            out.manifests.setdefault(component_of(r, by_urn), []).append(r.inputs)
+        elif r.type == RELEASE:
+            i = r.inputs
+            out.charts.append(
+                {
+                    "name": i.get("name"),
+                    "namespace": i.get("namespace"),
+                    "chart": i.get("chart"),
+                    "repo": (i.get("repositoryOpts") or {}).get("repo"),
+                    "version": i.get("version"),
+                    "values": i.get("values") or {},
+                }
+            )
+    return out
+
+
+def write(result: Rendering, out_dir: Path) -> None:
+    """Write plan.json, manifests/*.yaml and charts.yaml (byte-identical for the same input)."""
+    manifests = out_dir / "manifests"
+    manifests.mkdir(parents=True, exist_ok=True)
+    for old in manifests.glob("*.yaml"):
+        old.unlink()
+    (out_dir / "plan.json").write_text(json.dumps(result.plan, indent=2, sort_keys=True) + "\n")
+    for component, objects in sorted(result.manifests.items()):
+        (manifests / f"{component}.yaml").write_text(yaml.safe_dump_all(objects, sort_keys=True))
+    (out_dir / "charts.yaml").write_text(yaml.safe_dump(result.charts, sort_keys=True))
+
+
+def summary(result: Rendering) -> str:
+    """The short report printed after a render."""
+    resources = result.plan["resources"]
+    components = [r for r in resources if r["type"].startswith("ai-storage:")]
+    lines = [f"stack {result.plan['stack']}: {len(resources)} resources, {len(result.charts)} Helm releases"]
+    lines.append("components:")
+    lines += [f"  {r['name']} ({r['type']})" for r in components]
+    lines.append("storage classes:")
+    for objects in result.manifests.values():
+        for o in objects:
+            if o.get("kind") == "StorageClass":
+                lines.append(
+                    f"  {o['metadata']['name']}: {o['provisioner']}, {o.get('reclaimPolicy')}, "
+                    f"{o.get('volumeBindingMode')}"
+                )
+    lines.append("charts:")
+    lines += [f"  {c['name']} {c['chart']}@{c['version']} in {c['namespace']}" for c in result.charts]
+    lines.append("outputs:")
+    lines += [f"  {k}: {json.dumps(v, sort_keys=True)}" for k, v in sorted(result.outputs.items())]
+    return "\n".join(lines)

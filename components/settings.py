@@ -1,0 +1,243 @@
+"""Typed, frozen stack settings and the loader that merges and validates them.
+
+Settings flow one way: code defaults < ``stacks/<profile>.yaml`` < ``Pulumi.<stack>.yaml``. Every section is a
+pydantic model that forbids unknown keys, so a bad value is rejected before any resource is registered, with
+the key path, what was expected, what was given and a hint.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import pulumi
+import yaml
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
+from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+PROJECT = "ai-storage-platform"
+STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
+CONFIG_DOCS = "docs/config.md"
+
+
+class Section(BaseModel):
+    """Base of every settings section: camelCase keys, no unknown keys, no type coercion, immutable."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        strict=True,
+        alias_generator=to_camel,
+        populate_by_name=True,
+        use_attribute_docstrings=True,
+    )
+
+
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _quantity(value: str) -> str:
+    if not _QUANTITY.match(value):
+        raise PydanticCustomError("quantity", "expected a Kubernetes quantity such as 10Gi, 512Mi or 500m")
+    return value
+
+
+def _dns_label(value: str) -> str:
+    if not _DNS_LABEL.match(value):
+        raise PydanticCustomError(
+            "dns_label", "expected a DNS label: lower-case letters, digits and '-', at most 63 characters"
+        )
+    return value
+
+
+Quantity = Annotated[str, AfterValidator(_quantity)]
+"""A Kubernetes resource quantity, e.g. ``10Gi`` or ``500m``."""
+DnsLabel = Annotated[str, AfterValidator(_dns_label)]
+"""A Kubernetes name that must be a DNS label (namespaces, services, queues)."""
+
+
+class Resources(Section):
+    """Container requests and limits."""
+
+    cpu_request: Quantity = "100m"
+    """CPU the scheduler reserves for the container."""
+    memory_request: Quantity = "128Mi"
+    """Memory the scheduler reserves for the container."""
+    cpu_limit: Quantity | None = None
+    """CPU ceiling; unset leaves the container burstable."""
+    memory_limit: Quantity = "512Mi"
+    """Memory ceiling; the container is OOM-killed above it."""
+
+    def spec(self) -> dict[str, dict[str, str]]:
+        """The Kubernetes ``resources`` block."""
+        limits = {"memory": self.memory_limit}
+        if self.cpu_limit:
+            limits["cpu"] = self.cpu_limit
+        return {"requests": {"cpu": self.cpu_request, "memory": self.memory_request}, "limits": limits}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One rejected setting: where it is, what was expected, what was given, and what to do."""
+
+    key: str
+    expected: str
+    got: Any
+    hint: str
+
+    def __str__(self) -> str:
+        got = "nothing" if self.got is _MISSING else repr(self.got)
+        return f"{self.key}: {self.expected}; got {got}. Hint: {self.hint}"
+
+
+_MISSING = object()
+
+
+class SettingsError(pulumi.RunError):
+    """Raised when stack settings are invalid; Pulumi reports a RunError without a traceback."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"invalid stack settings ({len(problems)} problem(s)):\n{lines}")
+
+
+def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep-merge two settings mappings: mappings merge key by key, anything else is replaced."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def profiles() -> list[str]:
+    """The environment profiles shipped in ``stacks/``."""
+    return sorted(p.stem for p in STACKS_DIR.glob("*.yaml"))
+
+
+def load_profile(name: str) -> dict[str, Any]:
+    """The settings a profile starts from; an unknown profile is a settings error."""
+    path = STACKS_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise SettingsError(
+            [Problem("profile", f"one of {', '.join(profiles())}", name, "profiles are the files in stacks/")]
+        )
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise SettingsError([Problem("profile", "a mapping of settings", type(data).__name__, f"fix {path}")])
+    return data
+
+
+def _walk(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[Any, Any]:
+    """The (model, field) found by following ``loc`` through nested models; (None, None) if it leaves them."""
+    current: Any = model
+    field = None
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return None, None
+        field = {f.alias or n: f for n, f in current.model_fields.items()}.get(str(part))
+        if field is None:
+            return None, None
+        current = _model_in(field.annotation)
+    return current, field
+
+
+def _field_names(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The camelCase keys the model accepts at ``loc`` (for did-you-mean on unknown keys)."""
+    current, _ = _walk(model, loc)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return [f.alias or n for n, f in current.model_fields.items()]
+    return []
+
+
+def _model_in(annotation: Any) -> Any:
+    """The pydantic model inside an annotation such as ``X``, ``X | None`` or ``list[X]``."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _key_path(loc: tuple[Any, ...]) -> str:
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path or "(root)"
+
+
+_EXPECTED = {
+    "bool_type": "expected true or false",
+    "int_type": "expected a whole number",
+    "float_type": "expected a number",
+    "string_type": "expected a string",
+    "dict_type": "expected a mapping of keys to values",
+    "model_type": "expected a mapping of keys to values",
+    "list_type": "expected a list",
+    "missing": "a value is required",
+}
+
+
+def _problem(model: type[BaseModel], error: Any) -> Problem:
+    loc = tuple(error["loc"])
+    kind = error["type"]
+    key = _key_path(loc)
+    got = error.get("input", _MISSING)
+    _, info = _walk(model, loc)
+    about = info.description.rstrip(".") + ". " if info is not None and info.description else ""
+    hint = f"{about}See {CONFIG_DOCS}."
+    ctx = error.get("ctx") or {}
+    if kind == "extra_forbidden":
+        known = _field_names(model, loc[:-1])
+        close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+        hint = f"did you mean '{close[0]}'?" if close else f"known keys here: {', '.join(known)}"
+        return Problem(key, "no such key", _MISSING if got is _MISSING else loc[-1], hint)
+    if kind == "literal_error":
+        expected = f"expected one of {ctx['expected']}".replace(" or ", ", ")
+    elif kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        op = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}[kind]
+        bound = next(iter(ctx.values()))
+        expected = f"expected a number {op} {bound}"
+    elif kind == "string_pattern_mismatch":
+        expected = f"expected text matching {ctx['pattern']}"
+    else:
+        expected = _EXPECTED.get(kind, error["msg"][0].lower() + error["msg"][1:])
+    return Problem(key, expected, got, hint)
+
+
+def validate(model: type[Section], data: Mapping[str, Any]) -> Any:
+    """Parse ``data`` into ``model``; every problem is collected into one SettingsError."""
+    try:
+        return model.model_validate(dict(data))
+    except ValidationError as exc:
+        raise SettingsError([_problem(model, e) for e in exc.errors(include_url=False)]) from None
+
+
+def decode(value: Any) -> Any:
+    """A config value as Pulumi passes it (objects as JSON text, scalars as text) back to data."""
+    if isinstance(value, str) and value[:1] in ("{", "["):
+        return json.loads(value)
+    return value
+
+
+def stack_config(project: str = PROJECT) -> dict[str, Any]:
+    """Every key the stack sets in the project's namespace, decoded, from the running Pulumi program."""
+    from pulumi.runtime import config as runtime_config
+
+    raw = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
+    prefix = f"{project}:"
+    return {k[len(prefix) :]: decode(v) for k, v in sorted(raw.items()) if k.startswith(prefix)}

@@ -1,0 +1,114 @@
+"""StorageTiers: the StorageClasses a training job asks for by tier, never by backend.
+
+Each backend component (JuiceFS, RookCeph, LocalNVMe) describes what it contributes to a tier as a
+``TierClass``; this component turns the stack's tier-to-backend map into StorageClasses named after the tiers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import pulumi
+import pulumi_kubernetes as k8s
+from pydantic import Field
+
+from .settings import Section
+
+Tier = Literal["hot", "warm", "cold", "checkpoint"]
+TIERS: tuple[Tier, ...] = ("hot", "warm", "cold", "checkpoint")
+Backend = Literal["topolvm", "cephfs", "juicefs", "none"]
+
+RECLAIM: dict[str, str] = {"hot": "Delete", "warm": "Delete", "cold": "Retain", "checkpoint": "Retain"}
+"""Reclaim policy per tier: the durable tiers (cold, checkpoint) keep their data when a claim goes."""
+
+
+class TiersSettings(Section):
+    """Which backend serves each tier, and how the StorageClasses are named."""
+
+    name_prefix: str = Field("", pattern=r"^([a-z0-9][-a-z0-9]{0,30}-)?$")
+    """Prefix of every tier StorageClass name, ending in '-' (e.g. `ai-` gives `ai-hot`); empty for none."""
+    hot: Backend = "topolvm"
+    """Backend of the hot tier (node-local NVMe working set)."""
+    warm: Backend = "cephfs"
+    """Backend of the warm tier (shared POSIX datasets, RWX)."""
+    cold: Backend = "juicefs"
+    """Backend of the cold tier (object-backed POSIX with a local cache)."""
+    checkpoint: Backend = "cephfs"
+    """Backend of the checkpoint tier (burst writes, kept apart from training reads)."""
+    default_tier: Literal["hot", "warm", "cold", "checkpoint"] | None = None
+    """Tier marked as the cluster's default StorageClass; unset leaves the cluster default alone."""
+
+
+@dataclass(frozen=True)
+class TierClass:
+    """What a backend contributes to one tier's StorageClass."""
+
+    provisioner: str
+    parameters: Mapping[str, pulumi.Input[str]]
+    access_mode: Literal["ReadWriteOnce", "ReadWriteMany"]
+    binding_mode: Literal["Immediate", "WaitForFirstConsumer"] = "Immediate"
+    allow_expansion: bool = True
+    mount_options: Sequence[str] = ()
+    depends_on: Sequence[pulumi.Resource] = field(default_factory=list)
+    """Resources the class needs first (the CSI driver, the pool or filesystem it names)."""
+
+
+class TierBackend(Protocol):
+    """A component that can serve tiers."""
+
+    def tier_class(self, tier: Tier) -> TierClass:
+        """The StorageClass shape this backend gives ``tier``."""
+        ...
+
+
+@dataclass
+class StorageTiersArgs:
+    """Inputs of StorageTiers."""
+
+    settings: TiersSettings
+    backends: Mapping[str, TierBackend]
+    """The enabled backend components by backend name (`juicefs`, `cephfs`, `topolvm`)."""
+
+
+def class_name(settings: TiersSettings, tier: Tier) -> str:
+    """The StorageClass name of ``tier``."""
+    return f"{settings.name_prefix}{tier}"
+
+
+class StorageTiers(pulumi.ComponentResource):
+    """One StorageClass per tier the stack maps to a backend."""
+
+    classes: dict[str, pulumi.Output[str]]
+    """StorageClass name per tier."""
+
+    def __init__(self, name: str, args: StorageTiersArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("ai-storage:storage_tiers:StorageTiers", name, None, opts)
+        s = args.settings
+        self.classes = {}
+        for tier in TIERS:
+            backend = getattr(s, tier)
+            if backend == "none":
+                continue
+            spec = args.backends[backend].tier_class(tier)
+            annotations = {
+                "ai-storage-platform/tier": tier,
+                "ai-storage-platform/backend": backend,
+                "ai-storage-platform/access-mode": spec.access_mode,
+            }
+            if s.default_tier == tier:
+                annotations["storageclass.kubernetes.io/is-default-class"] = "true"
+            sc = k8s.storage.v1.StorageClass(
+                f"{name}-{tier}",
+                metadata={"name": class_name(s, tier), "annotations": annotations},
+                provisioner=spec.provisioner,
+                parameters=dict(spec.parameters),
+                reclaim_policy=RECLAIM[tier],
+                volume_binding_mode=spec.binding_mode,
+                allow_volume_expansion=spec.allow_expansion,
+                mount_options=list(spec.mount_options) or None,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=list(spec.depends_on)),
+            )
+            self.classes[tier] = sc.metadata.name
+        self.register_outputs({"classes": self.classes})

@@ -1,0 +1,46 @@
+"""Every chart version and container image the platform installs, pinned in one place.
+
+Chart versions match the upstream files recorded in ``../shared/upstream/*/SOURCE.txt``;
+the conformance tests check that. Nothing here may use a floating tag such as ``latest``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ChartPin:
+    """A Helm chart at an exact version, from its upstream repository."""
+
+    chart: str
+    version: str
+    repo: str
+    upstream_dir: str
+    """Folder under ``shared/upstream`` holding this chart's values.yaml."""
+
+
+JUICEFS_CSI = ChartPin("juicefs-csi-driver", "0.32.4", "https://juicedata.github.io/charts/", "juicefs-csi-driver")
+ROOK_CEPH = ChartPin("rook-ceph", "v1.20.6", "https://charts.rook.io/release", "rook-ceph/rook-ceph")
+ROOK_CEPH_CLUSTER = ChartPin(
+    "rook-ceph-cluster", "v1.20.6", "https://charts.rook.io/release", "rook-ceph/rook-ceph-cluster"
+)
+CEPH_CSI_DRIVERS = ChartPin(
+    "ceph-csi-drivers", "1.0.4", "https://ceph.github.io/ceph-csi-operator", "rook-ceph/ceph-csi-drivers/chart"
+)
+TOPOLVM = ChartPin("topolvm", "17.1.0", "https://topolvm.github.io/topolvm", "topolvm")
+CERT_MANAGER = ChartPin("cert-manager", "v1.21.1", "https://charts.jetstack.io", "cert-manager")
+FLUID = ChartPin("fluid", "1.0.8", "https://fluid-cloudnative.github.io/charts", "fluid")
+VOLCANO = ChartPin("volcano", "1.15.1", "https://volcano-sh.github.io/helm-charts", "volcano")
+KUBEFLOW_TRAINER = ChartPin(
+    "kubeflow-trainer", "2.3.0", "oci://ghcr.io/kubeflow/charts", "kubeflow-trainer"
+)
+
+# MinIO community edition is frozen: no images are published after October 2025 and the Docker Hub
+# repositories were removed in September 2026. These are the last published images, from quay.io.
+MINIO_IMAGE = "quay.io/minio/minio:RELEASE.2025-09-07T16-13-09Z"
+MINIO_CLIENT_IMAGE = "quay.io/minio/mc:RELEASE.2025-08-13T08-35-41Z"
+# Official Redis image (Bitnami's images were frozen into bitnamilegacy in 2025).
+REDIS_IMAGE = "docker.io/library/redis:8.2.1"
+# JuiceFS community client, used by the metadata backup CronJob.
+JUICEFS_IMAGE = "docker.io/juicedata/mount:ce-v1.3.0"
