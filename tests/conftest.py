@@ -1,0 +1,59 @@
+"""Shared fixtures: render a stack under Pulumi's mock engine, with extra config on top of its stack file."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from components import render
+from components.settings import PROJECT
+
+Render = Callable[..., tuple[render.Rendering, render.RecordingMonitor]]
+
+
+def stack_file(tmp: Path, stack: str, overrides: dict[str, Any]) -> Path:
+    """A copy of ``Pulumi.<stack>.yaml`` with ``overrides`` (section -> value) deep-merged into its config."""
+    from components.settings import merge
+
+    data = yaml.safe_load((render.ROOT / f"Pulumi.{stack}.yaml").read_text()) or {}
+    config = data.setdefault("config", {})
+    for key, value in overrides.items():
+        full = f"{PROJECT}:{key}"
+        current = config.get(full)
+        config[full] = merge(current, value) if isinstance(current, dict) and isinstance(value, dict) else value
+    path = tmp / f"Pulumi.{stack}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture
+def render_stack(tmp_path: Path) -> Render:
+    """``render_stack("dev", objectStore={"backend": "s3"})`` -> (Rendering, RecordingMonitor)."""
+
+    def run(stack: str = "dev", **overrides: Any) -> tuple[render.Rendering, render.RecordingMonitor]:
+        monitor = render.run(stack, stack_file(tmp_path, stack, overrides))
+        return render.rendering(stack, monitor), monitor
+
+    return run
+
+
+def objects(result: render.Rendering, kind: str) -> list[dict[str, Any]]:
+    """Every rendered Kubernetes object of ``kind``."""
+    return [o for objs in result.manifests.values() for o in objs if o.get("kind") == kind]
+
+
+def by_name(result: render.Rendering, kind: str, name: str) -> dict[str, Any]:
+    """The rendered object of ``kind`` named ``name``."""
+    found = [o for o in objects(result, kind) if o["metadata"]["name"] == name]
+    assert found, f"no {kind} named {name} in the render"
+    return found[0]
+
+
+def dumps(value: Any) -> str:
+    """Stable JSON text, for asserting on whole inputs."""
+    return json.dumps(value, sort_keys=True)
