@@ -1,0 +1,283 @@
+"""Each upstream conformance check accepts real-looking input and rejects a broken one."""
+
+import copy
+import re
+import time
+
+from tests.conformance import upstream
+from tests.conformance.upstream import (
+    crd_schema,
+    validate_custom_resource,
+)
+
+QUEUE = {
+    "apiVersion": "scheduling.volcano.sh/v1beta1",
+    "kind": "Queue",
+    "metadata": {"name": "team-a"},
+    "spec": {
+        "weight": 4,
+        "reclaimable": True,
+        "capability": {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": 8},
+    },
+}
+
+DATASET = {
+    "apiVersion": "data.fluid.io/v1alpha1",
+    "kind": "Dataset",
+    "metadata": {"name": "imagenet", "namespace": "training"},
+    "spec": {
+        "accessModes": ["ReadOnlyMany"],
+        "mounts": [
+            {
+                "name": "imagenet",
+                "mountPoint": "juicefs:///datasets/imagenet",
+                "options": {"bucket": "http://minio.storage:9000/juicefs"},
+                "encryptOptions": [
+                    {
+                        "name": "metaurl",
+                        "valueFrom": {
+                            "secretKeyRef": {"name": "jfs-secret", "key": "metaurl"}
+                        },
+                    },
+                ],
+            }
+        ],
+    },
+}
+
+BLOCK_POOL = {
+    "apiVersion": "ceph.rook.io/v1",
+    "kind": "CephBlockPool",
+    "metadata": {"name": "checkpoint", "namespace": "rook-ceph"},
+    "spec": {
+        "failureDomain": "host",
+        "replicated": {"size": 3, "requireSafeReplicaSize": True},
+    },
+}
+
+TRAINING_RUNTIME = {
+    "apiVersion": "trainer.kubeflow.org/v1alpha1",
+    "kind": "ClusterTrainingRuntime",
+    "metadata": {"name": "torch-distributed-volcano"},
+    "spec": {
+        "mlPolicy": {"numNodes": 2, "torch": {}},
+        "podGroupPolicy": {"volcano": {}},
+        "template": {
+            "spec": {
+                "replicatedJobs": [
+                    {
+                        "name": "node",
+                        "template": {
+                            "metadata": {
+                                "labels": {
+                                    "trainer.kubeflow.org/trainjob-ancestor-step": "trainer"
+                                }
+                            },
+                            "spec": {
+                                "template": {
+                                    "metadata": {
+                                        "annotations": {
+                                            "scheduling.volcano.sh/queue-name": "team-a"
+                                        }
+                                    },
+                                    "spec": {
+                                        "schedulerName": "volcano",
+                                        "containers": [
+                                            {
+                                                "name": "node",
+                                                "image": "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime",
+                                                "volumeMounts": [
+                                                    {
+                                                        "name": "checkpoints",
+                                                        "mountPath": "/ckpt",
+                                                    }
+                                                ],
+                                            }
+                                        ],
+                                        "volumes": [
+                                            {
+                                                "name": "checkpoints",
+                                                "persistentVolumeClaim": {
+                                                    "claimName": "checkpoints"
+                                                },
+                                            }
+                                        ],
+                                    },
+                                }
+                            },
+                        },
+                    }
+                ]
+            }
+        },
+    },
+}
+
+
+def changed(obj: dict, path: str, value: object) -> dict:
+    """A deep copy of obj with the dotted path (list indices as numbers) set to value."""
+    result = copy.deepcopy(obj)
+    *parents, last = [int(p) if p.isdigit() else p for p in path.split(".")]
+    node = result
+    for key in parents:
+        node = node[key]
+    node[last] = value
+    return result
+
+
+# ---------------------------------------------------------------- CRD index
+
+
+def test_crd_index_covers_every_component_and_skips_helm_templates():
+    assert crd_schema("scheduling.volcano.sh/v1beta1", "Queue") is not None
+    assert crd_schema("data.fluid.io/v1alpha1", "JuiceFSRuntime") is not None
+    assert crd_schema("ceph.rook.io/v1", "CephCluster") is not None
+    assert crd_schema("csi.ceph.io/v1", "Driver") is not None
+    assert crd_schema("trainer.kubeflow.org/v1alpha1", "TrainJob") is not None
+    assert (
+        crd_schema("topolvm.io/v1", "LogicalVolume") is not None
+    )  # from crds/plain, not the templates
+    # sts.min.io PolicyBinding serves two versions; both are indexed
+    assert crd_schema("sts.min.io/v1alpha1", "PolicyBinding") is not None
+    assert crd_schema("sts.min.io/v1beta1", "PolicyBinding") is not None
+    assert crd_schema("scheduling.volcano.sh/v1alpha1", "Queue") is None
+
+
+def test_every_upstream_pattern_compiles_in_python():
+    patterns = []
+
+    def collect(node: object) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("pattern"), str):
+                patterns.append(node["pattern"])
+            for value in node.values():
+                collect(value)
+        elif isinstance(node, list):
+            for value in node:
+                collect(value)
+
+    for schema in upstream._crd_index().values():
+        collect(schema)
+    assert len(patterns) > 100
+    for pattern in patterns:
+        re.compile(pattern)
+
+
+# ---------------------------------------------------------------- custom resources
+
+
+def test_volcano_queue_passes():
+    assert validate_custom_resource(QUEUE) == []
+
+
+def test_volcano_queue_with_unknown_field_fails_with_did_you_mean():
+    broken = changed(QUEUE, "spec.wieght", 2)
+    assert validate_custom_resource(broken) == [
+        "Queue/team-a: spec.wieght: unknown field (did you mean 'weight'?)"
+    ]
+
+
+def test_volcano_queue_with_wrong_type_fails_with_path():
+    assert validate_custom_resource(changed(QUEUE, "spec.weight", "x")) == [
+        "Queue/team-a: spec.weight: 'x' is not of type 'integer'"
+    ]
+
+
+def test_volcano_queue_enforces_minimum_and_quantity_pattern():
+    errors = validate_custom_resource(
+        changed(changed(QUEUE, "spec.weight", 0), "spec.capability.cpu", "lots")
+    )
+    assert any(
+        e.startswith("Queue/team-a: spec.weight: 0 is less than the minimum")
+        for e in errors
+    )
+    assert any(
+        e.startswith("Queue/team-a: spec.capability.cpu: 'lots' does not match")
+        for e in errors
+    )
+
+
+def test_int_or_string_accepts_both_and_rejects_other_types():
+    assert validate_custom_resource(changed(QUEUE, "spec.capability.cpu", 64)) == []
+    errors = validate_custom_resource(changed(QUEUE, "spec.capability.cpu", [64]))
+    assert errors == [
+        "Queue/team-a: spec.capability.cpu: [64] is not of type 'integer', 'string'"
+    ]
+
+
+def test_custom_resource_without_metadata_name_fails():
+    errors = validate_custom_resource(
+        changed(QUEUE, "metadata", {"labels": {"a": "b"}})
+    )
+    assert errors == ["Queue/<unnamed>: metadata: 'name' is a required property"]
+
+
+def test_fluid_dataset_passes():
+    assert validate_custom_resource(DATASET) == []
+
+
+def test_fluid_dataset_missing_mount_point_fails():
+    errors = validate_custom_resource(
+        changed(DATASET, "spec.mounts.0", {"name": "imagenet"})
+    )
+    assert errors == [
+        "Dataset/imagenet: spec.mounts[0]: 'mountPoint' is a required property"
+    ]
+
+
+def test_rook_block_pool_passes():
+    assert validate_custom_resource(BLOCK_POOL) == []
+
+
+def test_rook_block_pool_with_unknown_field_fails():
+    errors = validate_custom_resource(changed(BLOCK_POOL, "spec.replicated.sizes", 3))
+    assert errors == [
+        "CephBlockPool/checkpoint: spec.replicated.sizes: unknown field (did you mean 'size'?)"
+    ]
+
+
+def test_rook_block_pool_nullable_field_accepts_null():
+    assert (
+        validate_custom_resource(
+            changed(BLOCK_POOL, "spec.replicated.hybridStorage", None)
+        )
+        == []
+    )
+
+
+def test_cluster_training_runtime_passes_and_loads_quickly():
+    started = time.perf_counter()
+    errors = validate_custom_resource(TRAINING_RUNTIME)
+    assert errors == []
+    assert time.perf_counter() - started < 10
+
+
+def test_cluster_training_runtime_with_unknown_container_field_fails():
+    path = "spec.template.spec.replicatedJobs.0.template.spec.template.spec.containers.0.imagePullPolicyy"
+    errors = validate_custom_resource(changed(TRAINING_RUNTIME, path, "IfNotPresent"))
+    assert errors == [
+        (
+            "ClusterTrainingRuntime/torch-distributed-volcano: spec.template.spec.replicatedJobs[0].template.spec"
+            ".template.spec.containers[0].imagePullPolicyy: unknown field (did you mean 'imagePullPolicy'?)"
+        )
+    ]
+
+
+def test_cluster_training_runtime_with_duplicate_replicated_job_names_fails():
+    jobs = TRAINING_RUNTIME["spec"]["template"]["spec"]["replicatedJobs"]
+    errors = validate_custom_resource(
+        changed(TRAINING_RUNTIME, "spec.template.spec.replicatedJobs", jobs * 2)
+    )
+    assert errors == [
+        (
+            "ClusterTrainingRuntime/torch-distributed-volcano: spec.template.spec.replicatedJobs: "
+            "duplicate entry {'name': 'node'} in a list of type map"
+        )
+    ]
+
+
+def test_custom_resource_of_unknown_kind_fails():
+    obj = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}
+    assert validate_custom_resource(obj) == [
+        f"Widget/w: no upstream schema for example.com/v1 Widget under {upstream.UPSTREAM}"
+    ]

@@ -1,0 +1,197 @@
+"""Conformance checks against the unmodified upstream files in the shared folder.
+
+Custom resources are checked against upstream CRD schemas, built-in Kubernetes objects against
+kubernetes-validate's strict schemas, Helm value paths against upstream ``values.yaml`` and chart
+pins against the versions the shared folder records. Every check returns a list of readable error
+strings; an empty list means the input conforms.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+SHARED = Path(
+    os.environ.get("AI_STORAGE_SHARED")
+    or Path(__file__).resolve().parents[2].parent / "shared"
+)
+UPSTREAM = SHARED / "upstream"
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+_K8S_STRUCTURAL_KEYS = ("x-kubernetes-list-type", "x-kubernetes-list-map-keys")
+_INT_OR_STRING_ANY_OF = [{"type": "integer"}, {"type": "string"}]
+_MESSAGE_LIMIT = 240
+
+
+# ---------------------------------------------------------------- custom resources
+
+
+@functools.cache
+def _crd_index() -> dict[tuple[str, str], dict[str, Any]]:
+    """(group/version, kind) -> openAPIV3Schema, for every served CRD version under UPSTREAM."""
+    index: dict[tuple[str, str], dict[str, Any]] = {}
+    for path in sorted(UPSTREAM.rglob("*.yaml")):
+        text = path.read_text()
+        if "CustomResourceDefinition" not in text or "{{" in text:
+            continue  # not a CRD file, or a Helm template rather than plain YAML
+        for doc in yaml.load_all(text, Loader=_Loader):
+            if (
+                not isinstance(doc, dict)
+                or doc.get("kind") != "CustomResourceDefinition"
+            ):
+                continue
+            spec = doc["spec"]
+            for version in spec["versions"]:
+                if not version.get("served", True):
+                    continue
+                key = (f"{spec['group']}/{version['name']}", spec["names"]["kind"])
+                schema = version["schema"]["openAPIV3Schema"]
+                if index.setdefault(key, schema) != schema:
+                    raise ValueError(
+                        f"{path}: {key} is defined twice upstream with different schemas"
+                    )
+    return index
+
+
+def crd_schema(api_version: str, kind: str) -> dict[str, Any] | None:
+    """The upstream openAPIV3Schema of a served CRD version, or None (shared: do not mutate)."""
+    return _crd_index().get((api_version, kind))
+
+
+def _structural(node: Mapping[str, Any]) -> dict[str, Any]:
+    """Turn one structural-schema node into JSON Schema with Kubernetes pruning semantics."""
+    out = {
+        k: v
+        for k, v in node.items()
+        if not k.startswith("x-kubernetes-") or k in _K8S_STRUCTURAL_KEYS
+    }
+    out.pop("nullable", None)
+    keeps_unknown = node.get("x-kubernetes-preserve-unknown-fields")
+    if "properties" in node:
+        out["properties"] = {
+            name: _structural(sub) for name, sub in node["properties"].items()
+        }
+    if isinstance(node.get("items"), Mapping):
+        out["items"] = _structural(node["items"])
+    if isinstance(node.get("additionalProperties"), Mapping):
+        out["additionalProperties"] = _structural(node["additionalProperties"])
+    elif node.get("type") == "object" and not keeps_unknown:
+        # the apiserver prunes unknown fields (strict field validation rejects them)
+        out.setdefault("additionalProperties", False)
+    if node.get("x-kubernetes-int-or-string"):
+        if out.get("anyOf") == _INT_OR_STRING_ANY_OF:
+            del out["anyOf"]
+        out["type"] = ["integer", "string"]
+    if node.get("nullable"):
+        types = out.get("type")
+        if types is not None:
+            out["type"] = [*(types if isinstance(types, list) else [types]), "null"]
+        if "enum" in out and None not in out["enum"]:
+            out["enum"] = [*out["enum"], None]
+    return out
+
+
+def _root_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """JSON Schema for a whole custom resource: apiVersion/kind accepted, metadata must name it."""
+    out = _structural(schema)
+    out["properties"] = {
+        **out.get("properties", {}),
+        "apiVersion": {"type": "string"},
+        "kind": {"type": "string"},
+        "metadata": {
+            "type": "object",
+            "required": ["name"],
+            "properties": {"name": {"type": "string", "minLength": 1}},
+        },
+    }
+    out["required"] = sorted({*out.get("required", []), "metadata"})
+    return out
+
+
+def _list_type(
+    validator: Any, list_type: str, instance: Any, schema: Mapping[str, Any]
+) -> Iterator[Any]:
+    """x-kubernetes-list-type: set items, and map items' key tuples, must be unique."""
+    if not validator.is_type(instance, "array") or list_type not in ("set", "map"):
+        return
+    map_keys = schema.get("x-kubernetes-list-map-keys", [])
+    seen: list[Any] = []
+    for item in instance:
+        if list_type == "set":
+            key = item
+        elif isinstance(item, dict):
+            key = {k: item.get(k) for k in map_keys}
+        else:
+            continue  # a non-object item is reported by "type"
+        if key in seen:
+            yield jsonschema.ValidationError(
+                f"duplicate entry {key!r} in a list of type {list_type}"
+            )
+        seen.append(key)
+
+
+_CRValidator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator, {"x-kubernetes-list-type": _list_type}
+)
+
+
+@functools.cache
+def _cr_validator(api_version: str, kind: str) -> jsonschema.protocols.Validator | None:
+    schema = crd_schema(api_version, kind)
+    return None if schema is None else _CRValidator(_root_schema(schema))
+
+
+def _label(obj: Mapping[str, Any]) -> str:
+    name = (obj.get("metadata") or {}).get("name") or "<unnamed>"
+    return f"{obj.get('kind', '<no kind>')}/{name}"
+
+
+def _json_path(path: Any) -> str:
+    text = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+    return text.lstrip(".") or "(root)"
+
+
+def _describe(label: str, error: jsonschema.ValidationError) -> list[str]:
+    """Readable messages for one jsonschema error; unknown fields are named one by one."""
+    path = list(error.absolute_path)
+    if error.validator == "additionalProperties" and error.validator_value is False:
+        known = list(error.schema.get("properties", {}))
+        messages = []
+        for field in sorted(set(error.instance) - set(known)):
+            hint = difflib.get_close_matches(field, known, n=1)
+            did_you_mean = f" (did you mean '{hint[0]}'?)" if hint else ""
+            messages.append(
+                f"{label}: {_json_path([*path, field])}: unknown field{did_you_mean}"
+            )
+        return messages
+    message = error.message
+    if len(message) > _MESSAGE_LIMIT:
+        message = message[:_MESSAGE_LIMIT] + "..."
+    return [f"{label}: {_json_path(path)}: {message}"]
+
+
+def validate_custom_resource(obj: Mapping[str, Any]) -> list[str]:
+    """Validate a custom resource against its upstream CRD schema (structural-schema semantics).
+
+    Not checked: CEL rules (x-kubernetes-validations), formats, and defaulting.
+    """
+    label = _label(obj)
+    api_version, kind = obj.get("apiVersion"), obj.get("kind")
+    validator = _cr_validator(api_version, kind) if api_version and kind else None
+    if validator is None:
+        return [
+            f"{label}: no upstream schema for {api_version} {kind} under {UPSTREAM}"
+        ]
+    errors = sorted(
+        validator.iter_errors(obj), key=lambda e: [str(p) for p in e.absolute_path]
+    )
+    return [message for error in errors for message in _describe(label, error)]
