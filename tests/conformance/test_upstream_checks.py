@@ -4,11 +4,18 @@ import copy
 import re
 import time
 
+import pytest
+
 from tests.conformance import upstream
 from tests.conformance.upstream import (
     crd_schema,
+    is_builtin_kind,
     validate_custom_resource,
+    validate_kubernetes_object,
+    validate_object,
 )
+
+K8S = "1.33"
 
 QUEUE = {
     "apiVersion": "scheduling.volcano.sh/v1beta1",
@@ -110,6 +117,71 @@ TRAINING_RUNTIME = {
                 ]
             }
         },
+    },
+}
+
+STORAGE_CLASS = {
+    "apiVersion": "storage.k8s.io/v1",
+    "kind": "StorageClass",
+    "metadata": {"name": "hot"},
+    "provisioner": "topolvm.io",
+    "parameters": {
+        "csi.storage.k8s.io/fstype": "xfs",
+        "topolvm.io/device-class": "nvme",
+    },
+    "volumeBindingMode": "WaitForFirstConsumer",
+    "allowVolumeExpansion": True,
+    "reclaimPolicy": "Delete",
+}
+
+STATEFUL_SET = {
+    "apiVersion": "apps/v1",
+    "kind": "StatefulSet",
+    "metadata": {"name": "redis", "namespace": "storage"},
+    "spec": {
+        "serviceName": "redis",
+        "replicas": 1,
+        "selector": {"matchLabels": {"app": "redis"}},
+        "template": {
+            "metadata": {"labels": {"app": "redis"}},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "redis",
+                        "image": "redis:8.2.1",
+                        "args": [
+                            "--appendonly",
+                            "yes",
+                            "--maxmemory-policy",
+                            "noeviction",
+                        ],
+                        "ports": [{"name": "redis", "containerPort": 6379}],
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                    }
+                ]
+            },
+        },
+        "volumeClaimTemplates": [
+            {
+                "metadata": {"name": "data"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "10Gi"}},
+                },
+            }
+        ],
+    },
+}
+
+SECRET = {
+    "apiVersion": "v1",
+    "kind": "Secret",
+    "metadata": {"name": "jfs-secret", "namespace": "storage"},
+    "type": "Opaque",
+    "stringData": {
+        "name": "cold",
+        "metaurl": "redis://redis.storage:6379/1",
+        "storage": "s3",
     },
 }
 
@@ -280,4 +352,78 @@ def test_custom_resource_of_unknown_kind_fails():
     obj = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}
     assert validate_custom_resource(obj) == [
         f"Widget/w: no upstream schema for example.com/v1 Widget under {upstream.UPSTREAM}"
+    ]
+
+
+# ---------------------------------------------------------------- built-in objects
+
+
+@pytest.mark.parametrize(
+    "obj", [STORAGE_CLASS, STATEFUL_SET, SECRET], ids=lambda o: o["kind"]
+)
+def test_builtin_object_passes_strict_validation(obj):
+    assert validate_kubernetes_object(obj, K8S) == []
+
+
+def test_storage_class_with_unknown_field_fails():
+    errors = validate_kubernetes_object(
+        changed(STORAGE_CLASS, "mountOption", ["noatime"]), K8S
+    )
+    assert errors == [
+        "StorageClass/hot: mountOption: unknown field (did you mean 'mountOptions'?)"
+    ]
+
+
+def test_stateful_set_with_unknown_container_field_fails():
+    errors = validate_kubernetes_object(
+        changed(STATEFUL_SET, "spec.template.spec.containers.0.port", 6379), K8S
+    )
+    assert errors == [
+        "StatefulSet/redis: spec.template.spec.containers[0].port: unknown field (did you mean 'ports'?)"
+    ]
+
+
+def test_secret_with_wrong_type_fails():
+    errors = validate_kubernetes_object(changed(SECRET, "stringData.storage", 3), K8S)
+    assert errors == [
+        "Secret/jfs-secret: stringData.storage: 3 is not of type 'string', 'null'"
+    ]
+
+
+def test_kubernetes_version_outside_kubernetes_validate_range_fails():
+    errors = validate_kubernetes_object(SECRET, "1.24")
+    assert (
+        len(errors) == 1
+        and "has schemas for Kubernetes 1.25 to" in errors[0]
+        and errors[0].endswith("not 1.24")
+    )
+
+
+def test_unknown_builtin_kind_fails():
+    errors = validate_kubernetes_object(
+        {"apiVersion": "v1", "kind": "Widget", "metadata": {"name": "w"}}, K8S
+    )
+    assert errors == [
+        "Widget/w: Couldn't find schema for kind Widget with api version v1 for kubernetes version 1.33"
+    ]
+
+
+def test_router_sends_core_groups_to_kubernetes_validate_and_the_rest_to_crds():
+    assert (
+        is_builtin_kind(SECRET)
+        and is_builtin_kind(STATEFUL_SET)
+        and is_builtin_kind(STORAGE_CLASS)
+    )
+    assert not is_builtin_kind(QUEUE)
+    # CRD groups that look built-in: Volcano's batch Job and the CSI snapshot CRDs
+    assert not is_builtin_kind(
+        {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job"}
+    )
+    assert not is_builtin_kind(
+        {"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass"}
+    )
+    assert validate_object(STORAGE_CLASS, K8S) == []
+    assert validate_object(BLOCK_POOL, K8S) == []
+    assert validate_object(changed(QUEUE, "spec.weight", "x"), K8S) == [
+        "Queue/team-a: spec.weight: 'x' is not of type 'integer'"
     ]

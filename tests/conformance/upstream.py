@@ -16,7 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import kubernetes_validate
 import yaml
+from kubernetes_validate import utils as kv_utils
+from packaging.version import InvalidVersion, Version
 
 SHARED = Path(
     os.environ.get("AI_STORAGE_SHARED")
@@ -195,3 +198,66 @@ def validate_custom_resource(obj: Mapping[str, Any]) -> list[str]:
         validator.iter_errors(obj), key=lambda e: [str(p) for p in e.absolute_path]
     )
     return [message for error in errors for message in _describe(label, error)]
+
+
+# ---------------------------------------------------------------- built-in Kubernetes objects
+
+
+def _major_minor(version: str) -> Version:
+    parsed = Version(version)
+    return Version(f"{parsed.major}.{parsed.minor}")
+
+
+@functools.cache
+def _builtin_groups() -> frozenset[str]:
+    """API groups of all kinds in kubernetes-validate's newest schemas ("" is the core group)."""
+    latest = kv_utils.latest_version()
+    definitions = kv_utils.schema_contents(
+        f"kubernetes-json-schema/v{latest}-local-strict/_definitions.json", latest
+    )
+    return frozenset(
+        gvk["group"]
+        for definition in definitions["$defs"].values()
+        for gvk in definition.get("x-kubernetes-group-version-kind", [])
+    )
+
+
+def _group(api_version: str) -> str:
+    return api_version.rpartition("/")[0]
+
+
+def is_builtin_kind(obj: Mapping[str, Any]) -> bool:
+    """True when the object's API group is served by Kubernetes itself (per kubernetes-validate)."""
+    return _group(str(obj.get("apiVersion", ""))) in _builtin_groups()
+
+
+def validate_kubernetes_object(
+    obj: Mapping[str, Any], kubernetes_version: str
+) -> list[str]:
+    """Validate a built-in object, strict, for e.g. "1.33"; kubernetes-validate reports one error."""
+    label = _label(obj)
+    if not obj.get("apiVersion") or not obj.get("kind"):
+        return [f"{label}: apiVersion and kind are required"]
+    supported = [_major_minor(v) for v in kv_utils.all_versions()]
+    try:
+        wanted = _major_minor(kubernetes_version.removeprefix("v"))
+    except InvalidVersion:
+        return [f"{label}: {kubernetes_version!r} is not a Kubernetes version"]
+    if wanted not in supported:
+        tool = f"kubernetes-validate {kubernetes_validate.__version__}"
+        span = f"{supported[0]} to {supported[-1]}"
+        return [f"{label}: {tool} has schemas for Kubernetes {span}, not {wanted}"]
+    try:
+        kubernetes_validate.validate(dict(obj), str(wanted), strict=True)
+    except kubernetes_validate.ValidationError as error:
+        return _describe(label, error)
+    except kubernetes_validate.SchemaNotFoundError as error:
+        return [f"{label}: {error.message}"]
+    return []
+
+
+def validate_object(obj: Mapping[str, Any], kubernetes_version: str) -> list[str]:
+    """Send built-in kinds to kubernetes-validate and all others to the upstream CRD schemas."""
+    if is_builtin_kind(obj):
+        return validate_kubernetes_object(obj, kubernetes_version)
+    return validate_custom_resource(obj)
