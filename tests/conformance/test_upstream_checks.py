@@ -13,6 +13,7 @@ from tests.conformance.upstream import (
     validate_custom_resource,
     validate_kubernetes_object,
     validate_object,
+    values_path_errors,
 )
 
 K8S = "1.33"
@@ -426,4 +427,111 @@ def test_router_sends_core_groups_to_kubernetes_validate_and_the_rest_to_crds():
     assert validate_object(BLOCK_POOL, K8S) == []
     assert validate_object(changed(QUEUE, "spec.weight", "x"), K8S) == [
         "Queue/team-a: spec.weight: 'x' is not of type 'integer'"
+    ]
+
+
+# ---------------------------------------------------------------- Helm values
+
+
+def test_existing_value_path_passes():
+    assert (
+        values_path_errors(
+            "juicefs-csi-driver", {"csidriver": {"disableHooks": True}}, {}
+        )
+        == []
+    )
+
+
+def test_misspelt_value_path_fails_with_did_you_mean():
+    assert values_path_errors(
+        "juicefs-csi-driver", {"csidriver": {"disableHook": True}}, {}
+    ) == [
+        (
+            "juicefs-csi-driver: csidriver.disableHook is not in upstream juicefs-csi-driver/values.yaml "
+            "(nearest existing parent: csidriver; did you mean csidriver.disableHooks?)"
+        )
+    ]
+
+
+def test_unknown_top_level_value_names_the_top_level():
+    errors = values_path_errors(
+        "volcano", {"customs": {"scheduler_name": "volcano"}}, {}
+    )
+    assert errors == [
+        (
+            "volcano: customs.scheduler_name is not in upstream volcano/values.yaml "
+            "(nearest existing parent: (top level); did you mean custom?)"
+        )
+    ]
+
+
+def test_upstream_list_empty_mapping_or_null_leaves_the_path_open():
+    values = {
+        "storageClasses": [
+            {"name": "cold", "enabled": True, "reclaimPolicy": "Retain"}
+        ],  # list upstream
+        "node": {"nodeSelector": {"storage": "nvme"}},  # {} upstream
+    }
+    assert values_path_errors("juicefs-csi-driver", values, {}) == []
+
+
+def test_free_form_prefix_accepts_anything_below_it_and_needs_a_reason():
+    values = {
+        "globalConfig": {
+            "mountPodPatch": [{"ceMountImage": "juicedata/mount:ce-v1.3.0"}],
+            "anything": 1,
+        }
+    }
+    assert (
+        values_path_errors(
+            "juicefs-csi-driver",
+            values,
+            {"globalConfig": "parsed by the CSI driver, not Helm"},
+        )
+        == []
+    )
+    assert values_path_errors("juicefs-csi-driver", values, {"globalConfig": " "}) == [
+        "juicefs-csi-driver: free-form prefix 'globalConfig' needs a reason"
+    ]
+
+
+def test_scalar_over_an_upstream_mapping_fails_but_null_deletes_it():
+    assert values_path_errors("juicefs-csi-driver", {"webhook": False}, {}) == [
+        (
+            "juicefs-csi-driver: webhook is a mapping in upstream juicefs-csi-driver/values.yaml; "
+            "False would replace its keys"
+        )
+    ]
+    assert values_path_errors("juicefs-csi-driver", {"webhook": None}, {}) == []
+
+
+def test_subchart_values_are_checked_against_the_subchart():
+    assert (
+        values_path_errors(
+            "kubeflow-trainer",
+            {"jobset": {"install": True, "controller": {"replicas": 2}}},
+            {},
+        )
+        == []
+    )
+    assert values_path_errors(
+        "kubeflow-trainer", {"jobset": {"controler": {"replicas": 2}}}, {}
+    ) == [
+        (
+            "kubeflow-trainer: jobset.controler.replicas is not in upstream kubeflow-trainer/values.yaml or subchart "
+            "kubeflow-trainer/jobset/values.yaml (nearest existing parent: jobset; did you mean jobset.controller?)"
+        )
+    ]
+
+
+def test_rook_cluster_values_paths():
+    values = {
+        "cephClusterSpec": {"storage": {"useAllDevices": False, "useAllNodes": True}}
+    }
+    assert values_path_errors("rook-ceph/rook-ceph-cluster", values, {}) == []
+
+
+def test_chart_without_upstream_values_fails():
+    assert values_path_errors("no-such-chart", {"a": 1}, {}) == [
+        f"no-such-chart: no upstream values.yaml under {upstream.UPSTREAM}"
     ]

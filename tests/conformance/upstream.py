@@ -29,6 +29,13 @@ UPSTREAM = SHARED / "upstream"
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
+# Subcharts whose values live in their own upstream folder: chart_dir -> {values key: subchart dir}.
+# topolvm's cert-manager dependency is ~1.17.x; the only saved cert-manager values are v1.21.1.
+SUBCHARTS: dict[str, dict[str, str]] = {
+    "kubeflow-trainer": {"jobset": "kubeflow-trainer/jobset"},
+    "topolvm": {"cert-manager": "cert-manager"},
+}
+
 
 _K8S_STRUCTURAL_KEYS = ("x-kubernetes-list-type", "x-kubernetes-list-map-keys")
 _INT_OR_STRING_ANY_OF = [{"type": "integer"}, {"type": "string"}]
@@ -261,3 +268,107 @@ def validate_object(obj: Mapping[str, Any], kubernetes_version: str) -> list[str
     if is_builtin_kind(obj):
         return validate_kubernetes_object(obj, kubernetes_version)
     return validate_custom_resource(obj)
+
+
+# ---------------------------------------------------------------- Helm values
+
+
+@functools.cache
+def _chart_values(chart_dir: str) -> Any:
+    return yaml.load((UPSTREAM / chart_dir / "values.yaml").read_text(), Loader=_Loader)
+
+
+def _leaves(
+    values: Mapping[str, Any], prefix: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """Every leaf (path, value) of a values tree; lists and empty mappings are leaves."""
+    for key, value in values.items():
+        path = (*prefix, str(key))
+        if isinstance(value, Mapping) and value:
+            yield from _leaves(value, path)
+        else:
+            yield path, value
+
+
+def _dotted(path: tuple[str, ...]) -> str:
+    return ".".join(path) or "(top level)"
+
+
+def _path_error(
+    upstream: Any,
+    path: tuple[str, ...],
+    value: Any,
+    source: str,
+    at: tuple[str, ...] = (),
+) -> str | None:
+    """Why `path` does not exist in the upstream values tree read from `source`, or None.
+
+    A path exists when each segment is a key of the upstream mapping at that point. Upstream leaves
+    a point open, accepting anything below it, when its value there is a list, an empty mapping
+    ``{}`` or null: charts use those as "put your own structure here". `at` prefixes shown paths.
+    """
+    node = upstream
+    for depth, segment in enumerate(path):
+        if node is None or node == {} or isinstance(node, list):
+            return None
+        full, parent = _dotted((*at, *path)), _dotted((*at, *path[:depth]))
+        if not isinstance(node, Mapping):
+            what = f"{type(node).__name__} ({node!r})"
+            return f"{full}: {parent} is a {what} in upstream {source}, not a mapping"
+        if segment not in node:
+            hint = difflib.get_close_matches(segment, [str(k) for k in node], n=1)
+            did_you_mean = (
+                f"; did you mean {_dotted((*at, *path[:depth], hint[0]))}?"
+                if hint
+                else ""
+            )
+            nearest = f"nearest existing parent: {parent}{did_you_mean}"
+            return f"{full} is not in upstream {source} ({nearest})"
+        node = node[segment]
+    if (
+        isinstance(node, Mapping)
+        and node
+        and value is not None
+        and not isinstance(value, Mapping)
+    ):
+        full = _dotted((*at, *path))
+        return f"{full} is a mapping in upstream {source}; {value!r} would replace its keys"
+    return None
+
+
+def values_path_errors(
+    chart_dir: str,
+    values: Mapping[str, Any],
+    free_form: Mapping[str, str] | None = None,
+) -> list[str]:
+    """Check that every leaf path of `values` exists in UPSTREAM/<chart_dir>/values.yaml.
+
+    `free_form` maps a dotted prefix to the reason upstream leaves it free-form; anything below it
+    passes. Keys under a subchart (see SUBCHARTS) may instead exist in the subchart's values.yaml.
+    A null value (Helm's "delete this default") only needs its path to exist.
+    """
+    free_form = free_form or {}
+    errors = [
+        f"{chart_dir}: free-form prefix {p!r} needs a reason"
+        for p, why in free_form.items()
+        if not why.strip()
+    ]
+    try:
+        upstream = _chart_values(chart_dir)
+    except FileNotFoundError:
+        return [*errors, f"{chart_dir}: no upstream values.yaml under {UPSTREAM}"]
+    subcharts = SUBCHARTS.get(chart_dir, {})
+    for path, value in _leaves(values):
+        dotted = ".".join(path)
+        if any(dotted == p or dotted.startswith(p + ".") for p in free_form):
+            continue
+        error = _path_error(upstream, path, value, f"{chart_dir}/values.yaml")
+        if error and path[0] in subcharts and len(path) > 1:
+            sub_dir = subcharts[path[0]]
+            source = f"{chart_dir}/values.yaml or subchart {sub_dir}/values.yaml"
+            error = _path_error(
+                _chart_values(sub_dir), path[1:], value, source, at=path[:1]
+            )
+        if error:
+            errors.append(f"{chart_dir}: {error}")
+    return errors
