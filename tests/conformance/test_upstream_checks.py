@@ -8,8 +8,10 @@ import pytest
 
 from tests.conformance import upstream
 from tests.conformance.upstream import (
+    chart_version_errors,
     crd_schema,
     is_builtin_kind,
+    upstream_chart_version,
     validate_custom_resource,
     validate_kubernetes_object,
     validate_object,
@@ -184,6 +186,18 @@ SECRET = {
         "metaurl": "redis://redis.storage:6379/1",
         "storage": "s3",
     },
+}
+
+REFERENCE_PINS = {
+    "juicefs-csi-driver": "0.32.4",
+    "rook-ceph/rook-ceph": "v1.20.6",
+    "rook-ceph/rook-ceph-cluster": "v1.20.6",
+    "rook-ceph/ceph-csi-drivers/chart": "1.0.4",
+    "cert-manager": "v1.21.1",
+    "kubeflow-trainer": "2.3.0",
+    "volcano": "1.15.1",
+    "fluid": "1.0.8",
+    "topolvm": "17.1.0",
 }
 
 
@@ -534,4 +548,48 @@ def test_rook_cluster_values_paths():
 def test_chart_without_upstream_values_fails():
     assert values_path_errors("no-such-chart", {"a": 1}, {}) == [
         f"no-such-chart: no upstream values.yaml under {upstream.UPSTREAM}"
+    ]
+
+
+# ---------------------------------------------------------------- chart versions
+
+
+def test_placeholder_chart_versions_come_from_source_txt():
+    assert upstream_chart_version("rook-ceph/rook-ceph") == "v1.20.6"
+    assert upstream_chart_version("cert-manager") == "v1.21.1"
+    assert upstream_chart_version("rook-ceph/ceph-csi-drivers/chart") == "v1.0.4"
+
+
+def test_pins_equal_to_upstream_pass():
+    assert chart_version_errors(REFERENCE_PINS) == []
+
+
+def test_older_pin_fails():
+    assert chart_version_errors({"volcano": "1.14.0"}) == [
+        "volcano: pinned 1.14.0 is older than the upstream reference 1.15.1"
+    ]
+
+
+def test_newer_pin_passes_only_with_a_reason():
+    assert (
+        chart_version_errors(
+            {"fluid": "1.0.9"}, {"fluid": "1.0.9 fixes the JuiceFS fuse sidecar"}
+        )
+        == []
+    )
+    assert chart_version_errors({"fluid": "1.0.9"}) == [
+        (
+            "fluid: pinned 1.0.9 is newer than the upstream reference 1.0.8; "
+            "give the reason in newer_reasons or refresh the shared upstream files"
+        )
+    ]
+    assert chart_version_errors({"fluid": "1.0.9"}, {"fluid": ""}) != []
+
+
+def test_unknown_chart_or_unparseable_pin_fails():
+    assert chart_version_errors({"no-such-chart": "1.0.0"}) == [
+        f"no-such-chart: no upstream Chart.yaml under {upstream.UPSTREAM}"
+    ]
+    assert chart_version_errors({"topolvm": "latest"}) == [
+        "topolvm: pin 'latest' is not a version"
     ]

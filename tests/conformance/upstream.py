@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import functools
 import os
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,14 @@ SUBCHARTS: dict[str, dict[str, str]] = {
     "topolvm": {"cert-manager": "cert-manager"},
 }
 
+# Charts whose in-repo Chart.yaml carries a placeholder version (0.0.1, v0.0.0, 0.2.0) stamped at
+# release time: chart_dir -> the upstream repository whose release tag in SOURCE.txt is the version.
+VERSION_FROM_SOURCE_TAG: dict[str, str] = {
+    "rook-ceph/rook-ceph": "rook/rook",
+    "rook-ceph/rook-ceph-cluster": "rook/rook",
+    "rook-ceph/ceph-csi-drivers/chart": "ceph/ceph-csi-operator",
+    "cert-manager": "cert-manager/cert-manager",
+}
 
 _K8S_STRUCTURAL_KEYS = ("x-kubernetes-list-type", "x-kubernetes-list-map-keys")
 _INT_OR_STRING_ANY_OF = [{"type": "integer"}, {"type": "string"}]
@@ -371,4 +380,71 @@ def values_path_errors(
             )
         if error:
             errors.append(f"{chart_dir}: {error}")
+    return errors
+
+
+# ---------------------------------------------------------------- chart versions
+
+
+def _source_txt(chart_dir: str) -> Path:
+    """The SOURCE.txt nearest to a chart folder, walking up to UPSTREAM."""
+    folder = UPSTREAM / chart_dir
+    for candidate in [folder, *folder.parents]:
+        if (candidate / "SOURCE.txt").is_file():
+            return candidate / "SOURCE.txt"
+        if candidate == UPSTREAM:
+            break
+    raise LookupError(f"{chart_dir}: no SOURCE.txt under {UPSTREAM}")
+
+
+@functools.cache
+def upstream_chart_version(chart_dir: str) -> str:
+    """The chart version recorded upstream: Chart.yaml's, or SOURCE.txt's tag for placeholders."""
+    repo = VERSION_FROM_SOURCE_TAG.get(chart_dir)
+    if repo:
+        source = _source_txt(chart_dir)
+        found = re.search(
+            rf"github\.com/{re.escape(repo)}\s+tag\s+(\S+)", source.read_text()
+        )
+        if not found:
+            raise LookupError(f"{chart_dir}: {source} records no tag for {repo}")
+        return found.group(1)
+    chart = UPSTREAM / chart_dir / "Chart.yaml"
+    if not chart.is_file():
+        raise LookupError(f"{chart_dir}: no upstream Chart.yaml under {UPSTREAM}")
+    return str(yaml.load(chart.read_text(), Loader=_Loader)["version"])
+
+
+def chart_version_errors(
+    pins: Mapping[str, str], newer_reasons: Mapping[str, str] | None = None
+) -> list[str]:
+    """Compare pinned chart versions (chart_dir -> version) with the upstream reference.
+
+    Equal passes; older fails; newer passes only with a non-empty reason in `newer_reasons`
+    (chart_dir -> why the pin is ahead of the files saved in the shared folder).
+    """
+    newer_reasons = newer_reasons or {}
+    errors = []
+    for chart_dir, pin in pins.items():
+        try:
+            reference = upstream_chart_version(chart_dir)
+        except LookupError as error:
+            errors.append(str(error))
+            continue
+        try:
+            pinned = Version(pin)
+        except InvalidVersion:
+            errors.append(f"{chart_dir}: pin {pin!r} is not a version")
+            continue
+        if pinned < Version(reference):
+            errors.append(
+                f"{chart_dir}: pinned {pin} is older than the upstream reference {reference}"
+            )
+        elif (
+            pinned > Version(reference) and not newer_reasons.get(chart_dir, "").strip()
+        ):
+            errors.append(
+                f"{chart_dir}: pinned {pin} is newer than the upstream reference {reference}; "
+                "give the reason in newer_reasons or refresh the shared upstream files"
+            )
     return errors
