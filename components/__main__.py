@@ -17,7 +17,17 @@ def main(argv: list[str] | None = None) -> int:
     render_cmd.add_argument("--stack", required=True, help="stack name (Pulumi.<stack>.yaml)")
     render_cmd.add_argument("--out", type=Path, help="output folder (default: build/<stack>)")
     render_cmd.add_argument("--config-file", type=Path, help="stack file to use instead of Pulumi.<stack>.yaml")
+    docs_cmd = commands.add_parser("docs", help="write the configuration reference (docs/config.md)")
+    docs_cmd.add_argument("--out", type=Path, default=Path("docs/config.md"), help="where to write it")
     args = parser.parse_args(argv)
+
+    if args.command == "docs":
+        from .platform import PlatformSettings
+        from .settings import reference
+
+        args.out.write_text(reference(PlatformSettings))
+        print(f"wrote {args.out}")
+        return 0
 
     from . import render
 
