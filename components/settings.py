@@ -22,7 +22,9 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 PROJECT = "ai-storage-platform"
-STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
+# The profiles sit beside the package when installed (ai_storage_platform/stacks), at the top of a checkout.
+_HERE = Path(__file__).resolve().parent
+STACKS_DIR = _HERE / "stacks" if (_HERE / "stacks").is_dir() else _HERE.parent / "stacks"
 CONFIG_DOCS = "docs/config.md"
 
 
@@ -234,10 +236,11 @@ def decode(value: Any) -> Any:
     return value
 
 
-def stack_config(project: str = PROJECT) -> dict[str, Any]:
-    """Every key the stack sets in the project's namespace, decoded, from the running Pulumi program."""
+def stack_config(project: str | None = None) -> dict[str, Any]:
+    """Every key the stack sets in the project's namespace (default: the running project), decoded."""
     from pulumi.runtime import config as runtime_config
 
+    project = project or pulumi.get_project()
     raw = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
     prefix = f"{project}:"
     return {k[len(prefix) :]: decode(v) for k, v in sorted(raw.items()) if k.startswith(prefix)}
