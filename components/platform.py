@@ -9,6 +9,7 @@ from typing import Any
 import pulumi
 from pydantic import Field
 
+from .acceptance import AcceptanceSettings, StorageAcceptance, StorageAcceptanceArgs
 from .juicefs import JuiceFS, JuiceFSArgs, JuiceFSSettings
 from .metadata_engine import MetadataEngine, MetadataEngineArgs, MetadataSettings
 from .object_store import ObjectStore, ObjectStoreArgs, ObjectStoreSettings
@@ -44,6 +45,8 @@ class PlatformSettings(Section):
     """JuiceFS CSI driver and cache."""
     tiers: TiersSettings = TiersSettings()
     """Tier-to-backend map and StorageClass naming."""
+    acceptance: AcceptanceSettings = AcceptanceSettings()
+    """fio acceptance Jobs per tier, with thresholds."""
 
     def backends(self) -> dict[str, bool]:
         """Which tier backends the stack enables."""
@@ -83,6 +86,8 @@ class PlatformSettings(Section):
     def namespaces(self) -> dict[str, str]:
         """The namespace each enabled component creates, by settings key."""
         owned = {"objectStore": self.object_store.namespace}
+        if self.acceptance.enabled:
+            owned["acceptance"] = self.acceptance.namespace
         if self.juicefs.enabled:
             owned.update(metadata=self.metadata.namespace, juicefs=self.juicefs.namespace)
         return owned
@@ -143,4 +148,6 @@ class Platform(pulumi.ComponentResource):
             )
         tiers = StorageTiers(f"{name}-tiers", StorageTiersArgs(s.tiers, backends), child)
         self.storage_classes = tiers.classes
+        if s.acceptance.enabled:
+            StorageAcceptance(f"{name}-acceptance", StorageAcceptanceArgs(s.acceptance, tiers.classes), child)
         self.register_outputs({"storage_classes": self.storage_classes})
