@@ -32,9 +32,7 @@ TOPOLVM = ChartPin("topolvm", "17.1.0", "https://topolvm.github.io/topolvm", "to
 CERT_MANAGER = ChartPin("cert-manager", "v1.21.1", "https://charts.jetstack.io", "cert-manager")
 FLUID = ChartPin("fluid", "1.0.8", "https://fluid-cloudnative.github.io/charts", "fluid")
 VOLCANO = ChartPin("volcano", "1.15.1", "https://volcano-sh.github.io/helm-charts", "volcano")
-KUBEFLOW_TRAINER = ChartPin(
-    "kubeflow-trainer", "2.3.0", "oci://ghcr.io/kubeflow/charts", "kubeflow-trainer"
-)
+KUBEFLOW_TRAINER = ChartPin("kubeflow-trainer", "2.3.0", "oci://ghcr.io/kubeflow/charts", "kubeflow-trainer")
 # Kubeflow Trainer v1 (training-operator) has no chart: the pinned kustomize overlay, and the operator image
 # that overlay sets at that tag (overlays/standalone `images: newTag`).
 TRAINING_OPERATOR_V1_KUSTOMIZE = "https://github.com/kubeflow/trainer/tree/v1.9.4/manifests/overlays/standalone"
