@@ -84,8 +84,7 @@ class FluidSettings(Section):
     namespace: DnsLabel = "fluid-system"
     """Namespace of the Fluid controllers, webhook and CSI plugin."""
     data_affinity: Literal["preferred", "required"] = "preferred"
-    """How the webhook places dataset pods: prefer the nodes caching it, or require them (training runtimes
-    mounting a dataset then carry `fluid.io/dataset.<name>.sched: required`)."""
+    """Place dataset pods on the nodes caching it: `preferred`, or `required` (runtimes get the sched label)."""
     datasets: list[DatasetSettings] = []
     """Datasets to create."""
 
@@ -228,7 +227,8 @@ class Fluid(pulumi.ComponentResource):
         for d in s.datasets:
             if d.namespace not in self.namespaces:
                 # privileged: Fluid runs each runtime's FUSE pods (privileged) in the dataset's namespace.
-                self.namespaces[d.namespace] = kube.namespace(f"{name}-ns-{d.namespace}", d.namespace, "privileged", self)
+                ns_name = f"{name}-ns-{d.namespace}"
+                self.namespaces[d.namespace] = kube.namespace(ns_name, d.namespace, "privileged", self)
             dns = self.namespaces[d.namespace]
             source = args.juicefs if d.runtime == "juicefs" else args.bucket
             assert source is not None, "settings checks reject a JuiceFS dataset without JuiceFS"

@@ -96,7 +96,7 @@ class PlatformSettings(Section):
         t = self.training
         if t.enabled and not self.volcano.enabled:
             found.append(
-                Problem("training.enabled", "expected volcano.enabled: true", True, "runtimes gang-schedule with Volcano")
+                Problem("training.enabled", "expected volcano.enabled: true", True, "runtimes gang-schedule on Volcano")
             )
         if t.enabled and self.tiers.checkpoint == "none":
             found.append(
@@ -130,7 +130,7 @@ class PlatformSettings(Section):
                 )
             if (d.namespace, d.name) in seen:
                 found.append(
-                    Problem(f"fluid.datasets[{i}].name", "expected a dataset name unique in its namespace", d.name, "rename it")
+                    Problem(f"fluid.datasets[{i}].name", "expected a name unique in its namespace", d.name, "rename it")
                 )
             seen.add((d.namespace, d.name))
         return found

@@ -35,7 +35,9 @@ V1_NAMESPACE = "kubeflow"
 """Namespace the v1 overlay `standalone` installs into (fixed by the overlay)."""
 V1_DEPLOYMENT = "training-operator"
 GANG_FLAG = f"--gang-scheduler-name={SCHEDULER_NAME}"
-_BUILTIN_RUNTIMES = ("torchDistributed", "deepspeedDistributed", "mlxDistributed", "jaxDistributed", "xgboostDistributed")
+_BUILTIN_RUNTIMES = (
+    "torchDistributed", "deepspeedDistributed", "mlxDistributed", "jaxDistributed", "xgboostDistributed"
+)
 _TORCHTUNE_RUNTIMES = ("llama3_2_1B", "llama3_2_3B", "qwen2_5_1_5B")
 
 

@@ -68,8 +68,7 @@ class QueueSettings(Section):
     guarantee: QueueResources | None = None
     """Resources reserved for this queue that no other queue may use."""
     deserved: QueueResources | None = None
-    """Resources the queue deserves and may reclaim (capacity plugin); the default scheduler config uses
-    the proportion plugin, which derives this from `weight`."""
+    """Resources the queue deserves and reclaims (capacity plugin; the default proportion plugin uses weight)."""
     reclaimable: bool = True
     """Let other queues reclaim resources this queue uses beyond its share."""
 
