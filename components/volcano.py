@@ -92,7 +92,7 @@ class VolcanoSettings(Section):
                 found.append(
                     Problem(
                         f"volcano.queues[{i}].name",
-                        f"a queue name not already used by volcano.queues[{seen[queue.name]}]",
+                        f"expected a queue name not already used by volcano.queues[{seen[queue.name]}]",
                         queue.name,
                         "each Queue is one cluster-scoped object: merge the two entries or rename one",
                     )
