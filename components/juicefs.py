@@ -14,7 +14,7 @@ import pulumi_kubernetes as k8s
 from pydantic import Field
 
 from . import kube, versions
-from .settings import DnsLabel, Section
+from .settings import DnsLabel, Resources, Section
 from .storage_tiers import Tier, TierClass
 
 DRIVER = "csi.juicefs.com"
@@ -50,6 +50,44 @@ class CacheSettings(Section):
     """Further `juicefs mount` options, each `name` or `name=value` without the leading `--`."""
 
 
+class BackupSettings(Section):
+    """Scheduled `juicefs dump` of the metadata to the object store."""
+
+    enabled: bool = True
+    """Run the metadata backup CronJob."""
+    schedule: str = Field("17 */6 * * *", pattern=r"^(\S+\s+){4}\S+$")
+    """Cron schedule of the backup (five fields, cluster time zone)."""
+    retention_days: int = Field(14, ge=1, le=3650)
+    """Days a backup is kept; the bucket expires older ones under `meta-backups/`."""
+
+
+BACKUP_PREFIX = "meta-backups/"
+
+
+def backup_destination(storage: str, bucket_url: str) -> tuple[str, list[str]]:
+    """Where ``juicefs sync`` uploads the dumps (a JuiceFS object URL) and the flags it needs."""
+    scheme, _, rest = bucket_url.partition("://")
+    flags = ["--no-https"] if scheme == "http" else []
+    name = "minio" if storage == "minio" else "s3"
+    return f"{name}://{rest.rstrip('/')}/{BACKUP_PREFIX}", flags
+
+
+def backup_script(sync_flags: list[str]) -> str:
+    """Shell the backup CronJob runs: dump the metadata (secret key redacted), upload it to $DESTINATION."""
+    flags = " ".join(sync_flags)
+    return "\n".join(
+        [
+            "set -eu",
+            'stamp="$(date -u +%Y%m%dT%H%M%SZ)"',
+            "mkdir -p /backup/out",
+            'juicefs dump --threads 4 "$METAURL" "/backup/out/$VOLUME-$stamp.json.gz"',
+            f'juicefs sync {flags} /backup/out/ "$DESTINATION"'.replace("  ", " "),
+            'echo "metadata backup $VOLUME-$stamp.json.gz uploaded to $DESTINATION"',
+            "",
+        ]
+    )
+
+
 class JuiceFSSettings(Section):
     """The JuiceFS CSI driver and the platform's JuiceFS volume."""
 
@@ -61,6 +99,8 @@ class JuiceFSSettings(Section):
     """JuiceFS file system name (`juicefs format` name)."""
     cache: CacheSettings = CacheSettings()
     """Client cache and transfer tuning."""
+    metadata_backup: BackupSettings = BackupSettings()
+    """Scheduled metadata dumps to the object store."""
 
 
 def mount_options(cache: CacheSettings) -> list[str]:
@@ -89,6 +129,8 @@ def chart_values() -> dict[str, object]:
         "csidriver": {"disableHooks": True},
         # The admission webhook only exists in sidecar mode; keep cert-manager out of a mountpod install.
         "webhook": {"certManager": {"enabled": False}},
+        # Mount pods run the client version the data-path tests prove, not the chart's default.
+        "defaultMountImage": {"ce": versions.JUICEFS_IMAGE},
     }
 
 
@@ -147,7 +189,66 @@ class JuiceFS(pulumi.ComponentResource):
         )
         self._secret = secret
         self.secret_name = secret.metadata.name
+        if s.metadata_backup.enabled:
+            self._backup(name, s, args, secret)
         self.register_outputs({"secret_name": self.secret_name})
+
+    def _backup(self, name: str, s: JuiceFSSettings, args: JuiceFSArgs, secret: k8s.core.v1.Secret) -> None:
+        """A CronJob that dumps the metadata and uploads it next to the data, under meta-backups/."""
+        target = pulumi.Output.from_input(args.bucket_url).apply(lambda url: backup_destination(args.storage, url))
+
+        def from_secret(env: str, key: str) -> dict[str, object]:
+            return {"name": env, "valueFrom": {"secretKeyRef": {"name": SECRET_NAME, "key": key}}}
+
+        k8s.batch.v1.CronJob(
+            f"{name}-metadata-backup",
+            metadata={"name": "juicefs-metadata-backup", "namespace": s.namespace},
+            spec={
+                "schedule": s.metadata_backup.schedule,
+                "concurrencyPolicy": "Forbid",
+                "successfulJobsHistoryLimit": 3,
+                "failedJobsHistoryLimit": 3,
+                "jobTemplate": {
+                    "spec": {
+                        "backoffLimit": 2,
+                        "template": {
+                            "metadata": {"labels": kube.labels("juicefs-metadata-backup", "metadata-backup")},
+                            "spec": {
+                                "restartPolicy": "OnFailure",
+                                "automountServiceAccountToken": False,
+                                "securityContext": kube.restricted_pod(1000),
+                                "containers": [
+                                    {
+                                        "name": "dump",
+                                        "image": versions.JUICEFS_IMAGE,
+                                        "imagePullPolicy": "IfNotPresent",
+                                        "command": ["/bin/sh", "-c", target.apply(lambda t: backup_script(t[1]))],
+                                        "env": [
+                                            {"name": "HOME", "value": "/tmp"},
+                                            {"name": "VOLUME", "value": s.volume_name},
+                                            {"name": "DESTINATION", "value": target.apply(lambda t: t[0])},
+                                            from_secret("METAURL", "metaurl"),
+                                            from_secret("AWS_ACCESS_KEY_ID", "access-key"),
+                                            from_secret("AWS_SECRET_ACCESS_KEY", "secret-key"),
+                                        ],
+                                        "resources": Resources(
+                                            cpu_request="100m", memory_request="256Mi", memory_limit="2Gi"
+                                        ).spec(),
+                                        "securityContext": kube.restricted_container(1000),
+                                        "volumeMounts": [
+                                            {"name": "backup", "mountPath": "/backup"},
+                                            {"name": "tmp", "mountPath": "/tmp"},
+                                        ],
+                                    }
+                                ],
+                                "volumes": [{"name": "backup", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}}],
+                            },
+                        },
+                    }
+                },
+            },
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[secret]),
+        )
 
     def tier_class(self, tier: Tier) -> TierClass:
         """Any tier on JuiceFS: shared (RWX), object-backed, with the cache mount options."""

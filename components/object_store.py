@@ -7,7 +7,8 @@ the last published image. AWS S3 (through pulumi-aws) is the maintained backend 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Literal
 
 import pulumi
@@ -80,6 +81,22 @@ class ObjectStoreArgs:
     settings: ObjectStoreSettings
     protect: bool = False
     """Protect and retain the bucket and data volumes."""
+    expirations: Mapping[str, int] = field(default_factory=dict)
+    """Key prefixes whose objects the bucket deletes after that many days (e.g. metadata backups)."""
+
+
+def minio_lifecycle(expirations: Mapping[str, int]) -> str:
+    """The bucket lifecycle document ``mc ilm import`` applies (it replaces the whole configuration)."""
+    rules = [
+        {
+            "ID": f"expire-{prefix.strip('/')}",
+            "Status": "Enabled",
+            "Filter": {"Prefix": prefix},
+            "Expiration": {"Days": days},
+        }
+        for prefix, days in sorted(expirations.items())
+    ]
+    return json.dumps({"Rules": rules}, sort_keys=True)
 
 
 class ObjectStore(pulumi.ComponentResource):
@@ -107,9 +124,9 @@ class ObjectStore(pulumi.ComponentResource):
         s = args.settings
         self._ns = kube.namespace(f"{name}-ns", s.namespace, "restricted", self)
         if s.backend == "minio":
-            self._minio(name, s, args.protect)
+            self._minio(name, s, args.protect, args.expirations)
         else:
-            self._s3(name, s, args.protect)
+            self._s3(name, s, args.protect, args.expirations)
         secret = k8s.core.v1.Secret(
             f"{name}-credentials",
             metadata={"name": "object-store-credentials", "namespace": self._ns.metadata.name},
@@ -132,7 +149,7 @@ class ObjectStore(pulumi.ComponentResource):
             }
         )
 
-    def _minio(self, name: str, s: ObjectStoreSettings, protect: bool) -> None:
+    def _minio(self, name: str, s: ObjectStoreSettings, protect: bool, expirations: Mapping[str, int]) -> None:
         m = s.minio
         ns = s.namespace
         user = random.RandomString(
@@ -261,11 +278,17 @@ class ObjectStore(pulumi.ComponentResource):
                                 "args": [
                                     'mc alias set store "$ENDPOINT" "$MINIO_ROOT_USER" "$MINIO_ROOT_PASSWORD"\n'
                                     'mc mb --ignore-existing "store/$BUCKET"\n'
+                                    + (
+                                        'printf %s "$LIFECYCLE" | mc ilm import "store/$BUCKET"\n'
+                                        if expirations
+                                        else ""
+                                    )
                                 ],
                                 "env": [
                                     {"name": "MC_CONFIG_DIR", "value": "/tmp/mc"},
                                     {"name": "ENDPOINT", "value": f"http://minio.{ns}.svc:9000"},
                                     {"name": "BUCKET", "value": s.bucket},
+                                    {"name": "LIFECYCLE", "value": minio_lifecycle(expirations)},
                                     {
                                         "name": "MINIO_ROOT_USER",
                                         "valueFrom": {"secretKeyRef": {"name": "minio-root", "key": "MINIO_ROOT_USER"}},
@@ -291,7 +314,7 @@ class ObjectStore(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[statefulset, service]),
         )
 
-    def _s3(self, name: str, s: ObjectStoreSettings, protect: bool) -> None:
+    def _s3(self, name: str, s: ObjectStoreSettings, protect: bool, expirations: Mapping[str, int]) -> None:
         import pulumi_aws as aws  # only stacks that use S3 pay for importing pulumi-aws
 
         c = s.s3
@@ -331,7 +354,16 @@ class ObjectStore(pulumi.ComponentResource):
                     "transitions": [{"days": c.transition_days, "storage_class": c.cold_storage_class}],
                     "noncurrent_version_expiration": {"noncurrent_days": c.noncurrent_version_days},
                     "abort_incomplete_multipart_upload": {"days_after_initiation": 7},
-                }
+                },
+                *(
+                    {
+                        "id": f"expire-{prefix.strip('/')}",
+                        "status": "Enabled",
+                        "filter": {"prefix": prefix},
+                        "expiration": {"days": days},
+                    }
+                    for prefix, days in sorted(expirations.items())
+                ),
             ],
             opts=child,
         )

@@ -11,7 +11,7 @@ from pydantic import Field
 
 from .acceptance import AcceptanceSettings, StorageAcceptance, StorageAcceptanceArgs
 from .fluid import BucketSource, Fluid, FluidArgs, FluidSettings, JuiceFSSource
-from .juicefs import JuiceFS, JuiceFSArgs, JuiceFSSettings
+from .juicefs import BACKUP_PREFIX, JuiceFS, JuiceFSArgs, JuiceFSSettings
 from .metadata_engine import MetadataEngine, MetadataEngineArgs, MetadataSettings
 from .object_store import ObjectStore, ObjectStoreArgs, ObjectStoreSettings
 from .settings import Problem, Section, SettingsError, load_profile, merge, validate
@@ -164,6 +164,12 @@ class PlatformSettings(Section):
         return {**owned, **self.scheduling_namespaces()}
 
 
+def backup_expiry(juicefs: JuiceFSSettings) -> dict[str, int]:
+    """The object-store expiry that enforces the metadata backups' retention."""
+    backup = juicefs.metadata_backup
+    return {BACKUP_PREFIX: backup.retention_days} if juicefs.enabled and backup.enabled else {}
+
+
 def load_settings(stack: str, config: Mapping[str, Any]) -> PlatformSettings:
     """Merge code defaults, the stack's profile and its config; raise SettingsError on any bad value."""
     profile = config.get("profile", stack)
@@ -203,7 +209,9 @@ class Platform(pulumi.ComponentResource):
         s = args.settings
         protect = s.cluster.protect_stateful_resources
         child = pulumi.ResourceOptions(parent=self)
-        self.object_store = ObjectStore(f"{name}-object-store", ObjectStoreArgs(s.object_store, protect), child)
+        self.object_store = ObjectStore(
+            f"{name}-object-store", ObjectStoreArgs(s.object_store, protect, backup_expiry(s.juicefs)), child
+        )
         backends: dict[str, TierBackend] = {}
         self.metadata = None
         if s.juicefs.enabled:
@@ -238,8 +246,12 @@ class Platform(pulumi.ComponentResource):
             juicefs = None
             if self.metadata is not None:
                 juicefs = JuiceFSSource(
-                    s.juicefs.volume_name, self.metadata.url, store.storage_type, store.bucket_url,
-                    store.access_key, store.secret_key,
+                    s.juicefs.volume_name,
+                    self.metadata.url,
+                    store.storage_type,
+                    store.bucket_url,
+                    store.access_key,
+                    store.secret_key,
                 )
             bucket = BucketSource(store.endpoint, store.bucket, store.access_key, store.secret_key)
             self.fluid = Fluid(f"{name}-fluid", FluidArgs(s.fluid, bucket, juicefs), child)
@@ -247,11 +259,16 @@ class Platform(pulumi.ComponentResource):
             t = s.training
             shared = self.fluid.namespaces.get(t.workload_namespace) if self.fluid else None
             required = [
-                d.name for d in s.fluid.datasets
+                d.name
+                for d in s.fluid.datasets
                 if s.fluid.enabled and s.fluid.data_affinity == "required" and d.namespace == t.workload_namespace
             ]
             args = TrainingArgs(
-                t, self.volcano.release, tiers.classes["checkpoint"], shared, required,
+                t,
+                self.volcano.release,
+                tiers.classes["checkpoint"],
+                shared,
+                required,
                 s.cluster.protect_stateful_resources,
             )
             Training(f"{name}-training", args, child)

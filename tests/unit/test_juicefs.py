@@ -50,3 +50,42 @@ def test_mount_options_carry_every_cache_setting():
         "writeback",
         "no-bgjob",
     ]
+
+
+def test_mount_pods_run_the_pinned_client():
+    assert juicefs.chart_values()["defaultMountImage"]["ce"] == "docker.io/juicedata/mount:ce-v1.4.0"
+
+
+def test_metadata_backup_cronjob_dumps_to_the_object_store_with_retention(render_stack):
+    result, _ = render_stack("dev", juicefs={"metadataBackup": {"schedule": "0 3 * * *", "retentionDays": 9}})
+    cron = by_name(result, "CronJob", "juicefs-metadata-backup")
+    assert cron["spec"]["schedule"] == "0 3 * * *"
+    container = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    assert (
+        env["DESTINATION"]["value"] == "minio://minio.object-store.svc.cluster.local:9000/ai-datasets-dev/meta-backups/"
+    )
+    assert env["METAURL"]["valueFrom"]["secretKeyRef"] == {"key": "metaurl", "name": "juicefs-volume"}
+    assert "juicefs dump" in container["command"][2] and "juicefs sync --no-https" in container["command"][2]
+    job = by_name(result, "Job", "minio-bucket-ai-datasets-dev")
+    lifecycle = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert '"Expiration": {"Days": 9}' in lifecycle["LIFECYCLE"] and "meta-backups/" in lifecycle["LIFECYCLE"]
+
+
+def test_backup_retention_is_an_s3_lifecycle_rule(render_stack):
+    _, monitor = render_stack("dev", objectStore={"backend": "s3"})
+    rules = next(r.inputs["rules"] for r in monitor.registrations if r.type.endswith("BucketLifecycleConfiguration"))
+    assert {
+        "id": "expire-meta-backups",
+        "status": "Enabled",
+        "filter": {"prefix": "meta-backups/"},
+        "expiration": {"days": 14},
+    } in rules
+
+
+def test_backup_destination_for_each_backend():
+    assert juicefs.backup_destination("s3", "https://b.s3.eu-west-1.amazonaws.com") == (
+        "s3://b.s3.eu-west-1.amazonaws.com/meta-backups/",
+        [],
+    )
+    assert juicefs.backup_destination("minio", "http://m:9000/b") == ("minio://m:9000/b/meta-backups/", ["--no-https"])
