@@ -1,0 +1,1 @@
+"""Conformance checks of the rendered platform against upstream schemas and charts."""
