@@ -266,10 +266,20 @@ class ObjectStore(pulumi.ComponentResource):
                                     {"name": "MC_CONFIG_DIR", "value": "/tmp/mc"},
                                     {"name": "ENDPOINT", "value": f"http://minio.{ns}.svc:9000"},
                                     {"name": "BUCKET", "value": s.bucket},
-                                    {"name": "MINIO_ROOT_USER", "valueFrom": {"secretKeyRef": {"name": "minio-root", "key": "MINIO_ROOT_USER"}}},
-                                    {"name": "MINIO_ROOT_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "minio-root", "key": "MINIO_ROOT_PASSWORD"}}},
+                                    {
+                                        "name": "MINIO_ROOT_USER",
+                                        "valueFrom": {"secretKeyRef": {"name": "minio-root", "key": "MINIO_ROOT_USER"}},
+                                    },
+                                    {
+                                        "name": "MINIO_ROOT_PASSWORD",
+                                        "valueFrom": {
+                                            "secretKeyRef": {"name": "minio-root", "key": "MINIO_ROOT_PASSWORD"}
+                                        },
+                                    },
                                 ],
-                                "resources": Resources(memory_limit="128Mi", memory_request="64Mi", cpu_request="50m").spec(),
+                                "resources": Resources(
+                                    memory_limit="128Mi", memory_request="64Mi", cpu_request="50m"
+                                ).spec(),
                                 "securityContext": kube.restricted_container(1000),
                                 "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
                             }
@@ -296,7 +306,9 @@ class ObjectStore(pulumi.ComponentResource):
         aws.s3.BucketServerSideEncryptionConfiguration(
             f"{name}-encryption",
             bucket=bucket.id,
-            rules=[{"apply_server_side_encryption_by_default": {"sse_algorithm": "aws:kms"}, "bucket_key_enabled": True}],
+            rules=[
+                {"apply_server_side_encryption_by_default": {"sse_algorithm": "aws:kms"}, "bucket_key_enabled": True}
+            ],
             opts=child,
         )
         aws.s3.BucketPublicAccessBlock(
@@ -349,7 +361,9 @@ class ObjectStore(pulumi.ComponentResource):
                             "Effect": "Allow",
                             "Principal": {"Federated": c.oidc_provider_arn},
                             "Action": "sts:AssumeRoleWithWebIdentity",
-                            "Condition": {"StringEquals": {f"{issuer}:sub": subjects, f"{issuer}:aud": "sts.amazonaws.com"}},
+                            "Condition": {
+                                "StringEquals": {f"{issuer}:sub": subjects, f"{issuer}:aud": "sts.amazonaws.com"}
+                            },
                         }
                     ],
                 }

@@ -53,25 +53,30 @@ class PlatformSettings(Section):
         """Rules that span sections (each field alone is already valid)."""
         found = []
         enabled = self.backends()
+        on = ", ".join(b for b, is_on in enabled.items() if is_on) or "none"
         for tier in TIERS:
             backend = getattr(self.tiers, tier)
             if backend != "none" and not enabled[backend]:
                 found.append(
                     Problem(
                         f"tiers.{tier}",
-                        f"a backend this stack enables ({', '.join(b for b, on in enabled.items() if on) or 'none'})",
+                        f"expected a backend this stack enables ({on})",
                         backend,
                         f"enable the {backend} component or map the tier to another backend (or 'none')",
                     )
                 )
         if self.tiers.default_tier and getattr(self.tiers, self.tiers.default_tier) == "none":
             found.append(
-                Problem("tiers.defaultTier", "a tier that has a backend", self.tiers.default_tier, "map it first")
+                Problem(
+                    "tiers.defaultTier", "expected a tier that has a backend", self.tiers.default_tier, "map it first"
+                )
             )
         seen: dict[str, str] = {}
         for key, ns in self.namespaces().items():
             if ns in seen:
-                found.append(Problem(f"{key}.namespace", f"a namespace not used by {seen[ns]}", ns, "pick another"))
+                found.append(
+                    Problem(f"{key}.namespace", f"expected a namespace not used by {seen[ns]}", ns, "pick another")
+                )
             seen[ns] = key
         return found
 
@@ -87,7 +92,7 @@ def load_settings(stack: str, config: Mapping[str, Any]) -> PlatformSettings:
     """Merge code defaults, the stack's profile and its config; raise SettingsError on any bad value."""
     profile = config.get("profile", stack)
     if not isinstance(profile, str):
-        raise SettingsError([Problem("profile", "a profile name", profile, "e.g. dev, staging or prod")])
+        raise SettingsError([Problem("profile", "expected a profile name", profile, "e.g. dev, staging or prod")])
     data = merge(load_profile(profile), config)
     settings: PlatformSettings = validate(PlatformSettings, {**data, "profile": profile})
     problems = settings.problems()

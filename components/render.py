@@ -119,7 +119,9 @@ def stack_file_config(path: Path) -> tuple[dict[str, str], list[str]]:
     """The config of a stack file as Pulumi hands it to a program; ``secure`` values are hidden."""
     if not path.is_file():
         stacks = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in path.parent.glob("Pulumi.*.yaml"))
-        raise SettingsError([Problem("--stack", f"a stack with a file ({', '.join(stacks)})", path.name, "add it")])
+        raise SettingsError(
+            [Problem("--stack", f"expected a stack with a file ({', '.join(stacks)})", path.name, "add it")]
+        )
     data = yaml.safe_load(path.read_text()) or {}
     config: dict[str, str] = {}
     secret_keys: list[str] = []

@@ -130,11 +130,11 @@ def load_profile(name: str) -> dict[str, Any]:
     path = STACKS_DIR / f"{name}.yaml"
     if not path.is_file():
         raise SettingsError(
-            [Problem("profile", f"one of {', '.join(profiles())}", name, "profiles are the files in stacks/")]
+            [Problem("profile", f"expected one of {', '.join(profiles())}", name, "profiles are the files in stacks/")]
         )
     data = yaml.safe_load(path.read_text()) or {}
     if not isinstance(data, dict):
-        raise SettingsError([Problem("profile", "a mapping of settings", type(data).__name__, f"fix {path}")])
+        raise SettingsError([Problem("profile", "expected a mapping of settings", type(data).__name__, f"fix {path}")])
     return data
 
 

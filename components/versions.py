@@ -32,9 +32,7 @@ TOPOLVM = ChartPin("topolvm", "17.1.0", "https://topolvm.github.io/topolvm", "to
 CERT_MANAGER = ChartPin("cert-manager", "v1.21.1", "https://charts.jetstack.io", "cert-manager")
 FLUID = ChartPin("fluid", "1.0.8", "https://fluid-cloudnative.github.io/charts", "fluid")
 VOLCANO = ChartPin("volcano", "1.15.1", "https://volcano-sh.github.io/helm-charts", "volcano")
-KUBEFLOW_TRAINER = ChartPin(
-    "kubeflow-trainer", "2.3.0", "oci://ghcr.io/kubeflow/charts", "kubeflow-trainer"
-)
+KUBEFLOW_TRAINER = ChartPin("kubeflow-trainer", "2.3.0", "oci://ghcr.io/kubeflow/charts", "kubeflow-trainer")
 
 # MinIO community edition is frozen: no images are published after October 2025 and the Docker Hub
 # repositories were removed in September 2026. These are the last published images, from quay.io.

@@ -37,6 +37,16 @@ def test_mount_options_carry_every_cache_setting():
     options = juicefs.mount_options(CacheSettings(writeback=True, extra_mount_options=["no-bgjob"]))
     names = [o.split("=")[0] for o in options]
     assert names == [
-        "cache-dir", "cache-size", "free-space-ratio", "buffer-size", "prefetch", "max-uploads",
-        "max-downloads", "open-cache", "attr-cache", "entry-cache", "writeback", "no-bgjob",
+        "cache-dir",
+        "cache-size",
+        "free-space-ratio",
+        "buffer-size",
+        "prefetch",
+        "max-uploads",
+        "max-downloads",
+        "open-cache",
+        "attr-cache",
+        "entry-cache",
+        "writeback",
+        "no-bgjob",
     ]

@@ -1,0 +1,102 @@
+"""Settings: layering, and bad values rejected with the key path, the expectation, a hint, exit 2, no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from components.__main__ import main
+from components.platform import load_settings
+from components.render import ROOT
+from components.settings import SettingsError
+
+BAD_VALUES = [
+    # (config overrides, key path in the message, expectation text)
+    ({"objectStore": {"backend": "gcs"}}, "objectStore.backend", "expected one of 'minio', 's3'"),
+    ({"objectStore": {"minio": {"replicas": "3"}}}, "objectStore.minio.replicas", "expected a whole number"),
+    ({"objectStore": {"minio": {"replicas": 2}}}, "objectStore.minio.replicas", "distributed MinIO needs 4"),
+    ({"objectStore": {"minio": {"replicas": 40}}}, "objectStore.minio.replicas", "expected a number <= 16"),
+    ({"objectStore": {"minio": {"storageSize": "10Gb"}}}, "objectStore.minio.storageSize", "Kubernetes quantity"),
+    ({"objectStore": {"bucket": "Bad_Bucket"}}, "objectStore.bucket", "expected text matching"),
+    ({"objectStore": {"s3": {"transitionDays": 0}}}, "objectStore.s3.transitionDays", "expected a number >= 1"),
+    ({"objectStore": {"s3": {"oidcProviderArn": "eks"}}}, "objectStore.s3.oidcProviderArn", "expected text matching"),
+    ({"metadata": {"namespace": "Juice_Meta"}}, "metadata.namespace", "expected a DNS label"),
+    ({"metadata": {"appendfsync": "no"}}, "metadata.appendfsync", "expected one of 'everysec', 'always'"),
+    ({"metadata": {"resources": {"memoryLimit": "lots"}}}, "metadata.resources.memoryLimit", "Kubernetes quantity"),
+    ({"juicefs": {"enabled": "yes"}}, "juicefs.enabled", "expected true or false"),
+    ({"juicefs": {"cache": {"cacheSizeMib": -1}}}, "juicefs.cache.cacheSizeMib", "expected a number >= 0"),
+    ({"juicefs": {"cache": {"freeSpaceRatio": 1.5}}}, "juicefs.cache.freeSpaceRatio", "expected a number < 1"),
+    ({"juicefs": {"cache": {"cachSize": 3}}}, "juicefs.cache.cachSize", "did you mean 'cacheSizeMib'"),
+    ({"juicefs": {"cache": {"cacheDir": "relative/dir"}}}, "juicefs.cache.cacheDir", "expected text matching"),
+    ({"tiers": {"cold": "nfs"}}, "tiers.cold", "expected one of"),
+    ({"tiers": {"namePrefix": "ai"}}, "tiers.namePrefix", "expected text matching"),
+    ({"cluster": {"kubernetesVersion": "1.20"}}, "cluster.kubernetesVersion", "expected text matching"),
+    ({"cluster": {"protectStatefulResources": 1}}, "cluster.protectStatefulResources", "expected true or false"),
+    ({"objectStor": {"backend": "s3"}}, "objectStor", "did you mean 'objectStore'"),
+    ({"profile": "qa"}, "profile", "expected one of"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "key", "expected"), BAD_VALUES, ids=[k for _, k, _ in BAD_VALUES])
+def test_bad_value_is_rejected_with_key_and_expectation(overrides, key, expected):
+    with pytest.raises(SettingsError) as caught:
+        load_settings("dev", overrides)
+    message = str(caught.value)
+    assert f"{key}:" in message
+    assert expected in message
+    assert "Hint:" in message
+
+
+def test_disabled_backend_for_a_tier_is_a_config_error():
+    with pytest.raises(SettingsError) as caught:
+        load_settings("dev", {"juicefs": {"enabled": False}})
+    assert "tiers.cold:" in str(caught.value) and "enable the juicefs component" in str(caught.value)
+
+
+def test_layers_apply_in_order_defaults_profile_stack():
+    settings = load_settings("dev", {"metadata": {"storageSize": "3Gi"}})
+    assert settings.metadata.storage_size == "3Gi"  # stack file
+    assert settings.object_store.bucket == "ai-datasets-dev"  # profile
+    assert settings.metadata.appendfsync == "everysec"  # code default
+
+
+def test_settings_are_frozen():
+    settings = load_settings("dev", {})
+    with pytest.raises(Exception, match="frozen"):
+        settings.juicefs.enabled = False  # type: ignore[misc]
+
+
+def test_cli_exits_2_with_every_problem_and_creates_nothing(tmp_path, capsys):
+    stack = {
+        "config": {"ai-storage-platform:objectStore": {"backend": "gcs"}, "ai-storage-platform:tiers": {"warm": 3}}
+    }
+    path = tmp_path / "Pulumi.dev.yaml"
+    path.write_text(yaml.safe_dump(stack))
+    out = tmp_path / "out"
+    assert main(["render", "--stack", "dev", "--config-file", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "objectStore.backend: expected one of 'minio', 's3'; got 'gcs'" in err
+    assert "tiers.warm:" in err
+    assert not out.exists()
+
+
+def test_cli_error_has_no_traceback(tmp_path):
+    path = tmp_path / "Pulumi.dev.yaml"
+    path.write_text(yaml.safe_dump({"config": {"ai-storage-platform:metadata": {"storageSize": "ten"}}}))
+    proc = subprocess.run(
+        [sys.executable, "-m", "components", "render", "--stack", "dev", "--config-file", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "metadata.storageSize" in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_unknown_stack_is_rejected():
+    assert main(["render", "--stack", "nope"]) == 2
