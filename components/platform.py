@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -10,8 +11,10 @@ import pulumi
 from pydantic import Field
 
 from .juicefs import JuiceFS, JuiceFSArgs, JuiceFSSettings
+from .local_nvme import LocalNVMe, LocalNVMeArgs, LocalNVMeSettings
 from .metadata_engine import MetadataEngine, MetadataEngineArgs, MetadataSettings
 from .object_store import ObjectStore, ObjectStoreArgs, ObjectStoreSettings
+from .rook_ceph import RookCeph, RookCephArgs, RookCephSettings
 from .settings import Problem, Section, SettingsError, load_profile, merge, validate
 from .storage_tiers import TIERS, StorageTiers, StorageTiersArgs, TierBackend, TiersSettings
 
@@ -44,10 +47,14 @@ class PlatformSettings(Section):
     """JuiceFS CSI driver and cache."""
     tiers: TiersSettings = TiersSettings()
     """Tier-to-backend map and StorageClass naming."""
+    rook_ceph: RookCephSettings = RookCephSettings()
+    """Rook-Ceph cluster, pools and filesystems (warm and checkpoint tiers, RGW)."""
+    local_nvme: LocalNVMeSettings = LocalNVMeSettings()
+    """TopoLVM node-local NVMe volumes (hot tier)."""
 
     def backends(self) -> dict[str, bool]:
         """Which tier backends the stack enables."""
-        return {"juicefs": self.juicefs.enabled, "cephfs": False, "topolvm": False}
+        return {"juicefs": self.juicefs.enabled, "cephfs": self.rook_ceph.enabled, "topolvm": self.local_nvme.enabled}
 
     def problems(self) -> list[Problem]:
         """Rules that span sections (each field alone is already valid)."""
@@ -71,6 +78,7 @@ class PlatformSettings(Section):
                     "tiers.defaultTier", "expected a tier that has a backend", self.tiers.default_tier, "map it first"
                 )
             )
+        found += self._storage_problems()
         seen: dict[str, str] = {}
         for key, ns in self.namespaces().items():
             if ns in seen:
@@ -80,11 +88,46 @@ class PlatformSettings(Section):
             seen[ns] = key
         return found
 
+    def _storage_problems(self) -> list[Problem]:
+        """Ceph durability rules, Ceph staying off TopoLVM's NVMe disks, and RGW needing Rook-Ceph."""
+        found = []
+        ceph = self.rook_ceph
+        if ceph.enabled:
+            found += ceph.problems()
+            pattern = ceph.storage.device_filter
+            on_nvme = pattern and any(re.search(pattern, d) for d in ("nvme0n1", "nvme1n1", "nvme0n1p1"))
+            if self.local_nvme.enabled and on_nvme and not ceph.storage.nodes:
+                found.append(
+                    Problem(
+                        "rookCeph.storage.deviceFilter",
+                        "expected a filter that matches no NVMe device while localNvme is enabled",
+                        pattern,
+                        "Ceph would claim the NVMe disks meant for TopoLVM; list the disks Ceph may use in "
+                        "rookCeph.storage.nodes instead",
+                    )
+                )
+        if self.object_store.backend == "ceph-rgw" and not ceph.enabled:
+            found.append(
+                Problem(
+                    "objectStore.backend",
+                    "expected minio or s3 when rookCeph is disabled",
+                    "ceph-rgw",
+                    "enable rookCeph (it runs the RGW object store) or pick another backend",
+                )
+            )
+        return found
+
     def namespaces(self) -> dict[str, str]:
         """The namespace each enabled component creates, by settings key."""
         owned = {"objectStore": self.object_store.namespace}
         if self.juicefs.enabled:
             owned.update(metadata=self.metadata.namespace, juicefs=self.juicefs.namespace)
+        if self.rook_ceph.enabled:
+            owned["rookCeph"] = self.rook_ceph.namespace
+        if self.local_nvme.enabled:
+            owned["localNvme"] = self.local_nvme.namespace
+            if self.local_nvme.pod_mutating_webhook:
+                owned["localNvme.certManager"] = self.local_nvme.cert_manager_namespace
         return owned
 
 
@@ -117,14 +160,27 @@ class Platform(pulumi.ComponentResource):
     """The object store component."""
     metadata: MetadataEngine | None
     """The Redis metadata engine (with JuiceFS only)."""
+    rook_ceph: RookCeph | None
+    """The Rook-Ceph cluster (when enabled)."""
 
     def __init__(self, name: str, args: PlatformArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ai-storage:platform:Platform", name, None, opts)
         s = args.settings
         protect = s.cluster.protect_stateful_resources
         child = pulumi.ResourceOptions(parent=self)
-        self.object_store = ObjectStore(f"{name}-object-store", ObjectStoreArgs(s.object_store, protect), child)
         backends: dict[str, TierBackend] = {}
+        # Rook-Ceph and TopoLVM first: the ceph-rgw object store runs on Rook-Ceph.
+        self.rook_ceph = None
+        if s.rook_ceph.enabled:
+            rgw = s.object_store.backend == "ceph-rgw"
+            self.rook_ceph = RookCeph(f"{name}-rook-ceph", RookCephArgs(s.rook_ceph, protect, rgw), child)
+            backends["cephfs"] = self.rook_ceph
+        if s.local_nvme.enabled:
+            backends["topolvm"] = LocalNVMe(f"{name}-local-nvme", LocalNVMeArgs(s.local_nvme), child)
+        gateway = self.rook_ceph.rgw if self.rook_ceph else None
+        self.object_store = ObjectStore(
+            f"{name}-object-store", ObjectStoreArgs(s.object_store, protect, gateway), child
+        )
         self.metadata = None
         if s.juicefs.enabled:
             self.metadata = MetadataEngine(f"{name}-metadata", MetadataEngineArgs(s.metadata, protect), child)
