@@ -17,16 +17,28 @@ def main(argv: list[str] | None = None) -> int:
     render_cmd.add_argument("--stack", required=True, help="stack name (Pulumi.<stack>.yaml)")
     render_cmd.add_argument("--out", type=Path, help="output folder (default: build/<stack>)")
     render_cmd.add_argument("--config-file", type=Path, help="stack file to use instead of Pulumi.<stack>.yaml")
+    render_cmd.add_argument("--project-dir", type=Path, help="Pulumi project to render (default: this repository)")
+    docs_cmd = commands.add_parser("docs", help="write the configuration reference (docs/config.md)")
+    docs_cmd.add_argument("--out", type=Path, default=Path("docs/config.md"), help="where to write it")
     args = parser.parse_args(argv)
+
+    if args.command == "docs":
+        from .platform import PlatformSettings
+        from .settings import reference
+
+        args.out.write_text(reference(PlatformSettings))
+        print(f"wrote {args.out}")
+        return 0
 
     from . import render
 
     try:
-        result = render.rendering(args.stack, render.run(args.stack, args.config_file))
+        root = (args.project_dir or render.ROOT).resolve()
+        result = render.rendering(args.stack, render.run(args.stack, args.config_file, root))
     except SettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    out_dir = args.out or render.ROOT / "build" / args.stack
+    out_dir = args.out or root / "build" / args.stack
     render.write(result, out_dir)
     print(render.summary(result))
     print(f"wrote {out_dir}")

@@ -75,6 +75,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         super().__init__(mocks)
         self.registrations: list[Registration] = []
         self.stack_outputs: dict[str, Any] = {}
+        self.project = PROJECT
 
     def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
         response = super().RegisterResource(request)
@@ -115,7 +116,12 @@ class PlatformMocks(pulumi_mocks.Mocks):
         return {}, None
 
 
-def stack_file_config(path: Path) -> tuple[dict[str, str], list[str]]:
+def project_name(root: Path) -> str:
+    """The Pulumi project name in ``root/Pulumi.yaml``."""
+    return str(yaml.safe_load((root / "Pulumi.yaml").read_text())["name"])
+
+
+def stack_file_config(path: Path, project: str = PROJECT) -> tuple[dict[str, str], list[str]]:
     """The config of a stack file as Pulumi hands it to a program; ``secure`` values are hidden."""
     if not path.is_file():
         stacks = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in path.parent.glob("Pulumi.*.yaml"))
@@ -126,7 +132,7 @@ def stack_file_config(path: Path) -> tuple[dict[str, str], list[str]]:
     config: dict[str, str] = {}
     secret_keys: list[str] = []
     for key, value in (data.get("config") or {}).items():
-        full = key if ":" in key else f"{PROJECT}:{key}"
+        full = key if ":" in key else f"{project}:{key}"
         if _has_secure(value):
             secret_keys.append(full)
             value = _hide_secure(value)
@@ -154,13 +160,15 @@ def _hide_secure(value: Any) -> Any:
 
 
 def run(stack: str, config_file: Path | None = None, root: Path = ROOT) -> RecordingMonitor:
-    """Run ``root/__main__.py`` for ``stack`` (config from ``Pulumi.<stack>.yaml`` or ``config_file``)
-    under the mock engine; return what it registered."""
-    config, secret_keys = stack_file_config(config_file or root / f"Pulumi.{stack}.yaml")
+    """Run the Pulumi program in ``root`` for ``stack`` (config from ``Pulumi.<stack>.yaml`` or
+    ``config_file``) under the mock engine; return what it registered."""
+    project = project_name(root)
+    config, secret_keys = stack_file_config(config_file or root / f"Pulumi.{stack}.yaml", project)
     mocks = PlatformMocks()
     monitor = RecordingMonitor(mocks)
+    monitor.project = project
     reset_options()
-    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
+    pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor)
     set_all_config(config, secret_keys)
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
@@ -225,7 +233,7 @@ def rendering(stack: str, monitor: RecordingMonitor) -> Rendering:
     regs = ordered(monitor.registrations)
     by_urn = {r.urn: r for r in regs}
     plan = {
-        "project": PROJECT,
+        "project": monitor.project,
         "stack": stack,
         "resources": [
             {

@@ -1,0 +1,36 @@
+"""Every config key is documented, listed in docs/config.md, and rejects a value of the wrong shape."""
+
+from __future__ import annotations
+
+import pytest
+
+from components.platform import PlatformSettings, load_settings
+from components.render import ROOT
+from components.settings import SettingsError, leaf_keys, reference
+
+KEYS = [key for key, _, _ in leaf_keys(PlatformSettings)]
+WRONG_SHAPE = {"unexpected": ["mapping"]}
+
+
+def nested(key: str, value: object) -> dict:
+    head, _, rest = key.partition(".")
+    return {head: nested(rest, value) if rest else value}
+
+
+def test_docs_config_md_is_current():
+    assert (ROOT / "docs" / "config.md").read_text() == reference(PlatformSettings), (
+        "run: python -m components docs"
+    )
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_every_key_has_a_line_of_docs(key):
+    info = dict((k, i) for k, i, _ in leaf_keys(PlatformSettings))[key]
+    assert info.description and len(info.description) > 10
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_every_key_rejects_a_value_of_the_wrong_shape(key):
+    with pytest.raises(SettingsError) as caught:
+        load_settings("dev", nested(key, WRONG_SHAPE))
+    assert f"  - {key}" in str(caught.value)
