@@ -225,3 +225,10 @@ def test_cli_rejects_an_even_mon_count_with_exit_2(tmp_path, capsys):
     assert "rookCeph.monCount: expected an odd number of monitors; got 2" in err
     assert "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_prod_and_staging_profiles_are_durable_without_any_opt_in():
+    for stack in ("prod", "staging"):
+        ceph = load_settings(stack, {}).rook_ceph
+        assert (ceph.replica_size, ceph.min_size, ceph.failure_domain, ceph.mon_count) == (3, 2, "host", 3)
+        assert not (ceph.accept_data_loss_risk or ceph.allow_even_mon_count or ceph.accept_data_destruction_on_delete)
