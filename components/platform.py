@@ -10,6 +10,8 @@ from typing import Any
 import pulumi
 from pydantic import Field
 
+from .acceptance import AcceptanceSettings, StorageAcceptance, StorageAcceptanceArgs
+from .fluid import BucketSource, Fluid, FluidArgs, FluidSettings, JuiceFSSource
 from .juicefs import JuiceFS, JuiceFSArgs, JuiceFSSettings
 from .local_nvme import LocalNVMe, LocalNVMeArgs, LocalNVMeSettings
 from .metadata_engine import MetadataEngine, MetadataEngineArgs, MetadataSettings
@@ -17,6 +19,8 @@ from .object_store import ObjectStore, ObjectStoreArgs, ObjectStoreSettings
 from .rook_ceph import RookCeph, RookCephArgs, RookCephSettings
 from .settings import Problem, Section, SettingsError, load_profile, merge, validate
 from .storage_tiers import TIERS, StorageTiers, StorageTiersArgs, TierBackend, TiersSettings
+from .training import Training, TrainingArgs, TrainingSettings
+from .volcano import Volcano, VolcanoArgs, VolcanoSettings
 
 
 class ClusterSettings(Section):
@@ -51,6 +55,15 @@ class PlatformSettings(Section):
     """Rook-Ceph cluster, pools and filesystems (warm and checkpoint tiers, RGW)."""
     local_nvme: LocalNVMeSettings = LocalNVMeSettings()
     """TopoLVM node-local NVMe volumes (hot tier)."""
+    acceptance: AcceptanceSettings = AcceptanceSettings()
+    """fio acceptance Jobs per tier, with thresholds."""
+    # Scheduling and data loading (issue 4).
+    volcano: VolcanoSettings = VolcanoSettings()
+    """Volcano scheduler and team Queues."""
+    training: TrainingSettings = TrainingSettings()
+    """Kubeflow training operator and its Volcano-scheduled runtimes."""
+    fluid: FluidSettings = FluidSettings()
+    """Fluid dataset caching."""
 
     def backends(self) -> dict[str, bool]:
         """Which tier backends the stack enables."""
@@ -58,7 +71,7 @@ class PlatformSettings(Section):
 
     def problems(self) -> list[Problem]:
         """Rules that span sections (each field alone is already valid)."""
-        found = []
+        found = self.scheduling_problems()
         enabled = self.backends()
         on = ", ".join(b for b, is_on in enabled.items() if is_on) or "none"
         for tier in TIERS:
@@ -117,9 +130,72 @@ class PlatformSettings(Section):
             )
         return found
 
+    def scheduling_problems(self) -> list[Problem]:
+        """Rules of the volcano, training and fluid sections."""
+        found = self.volcano.problems()
+        t = self.training
+        if t.enabled and not self.volcano.enabled:
+            found.append(
+                Problem("training.enabled", "expected volcano.enabled: true", True, "runtimes gang-schedule on Volcano")
+            )
+        if t.enabled and self.tiers.checkpoint == "none":
+            found.append(
+                Problem("tiers.checkpoint", "expected a backend", "none", "training's checkpoint claim uses this tier")
+            )
+        if t.enabled and t.operator != "trainer-v2" and t.runtimes:
+            found.append(
+                Problem("training.runtimes", "expected no runtimes", len(t.runtimes), "runtimes need trainer-v2")
+            )
+        queues = [q.name for q in self.volcano.queues]
+        for i, runtime in enumerate(t.runtimes if t.enabled else []):
+            if runtime.queue not in queues:
+                found.append(
+                    Problem(
+                        f"training.runtimes[{i}].queue",
+                        f"expected one of volcano.queues ({', '.join(queues) or 'none'})",
+                        runtime.queue,
+                        "add the queue to volcano.queues or pick an existing one",
+                    )
+                )
+        seen: set[tuple[str, str]] = set()
+        for i, d in enumerate(self.fluid.datasets if self.fluid.enabled else []):
+            if d.runtime == "juicefs" and not self.juicefs.enabled:
+                found.append(
+                    Problem(
+                        f"fluid.datasets[{i}].runtime",
+                        "expected a runtime with a backend (JuiceFSRuntime needs juicefs.enabled: true)",
+                        d.runtime,
+                        "enable juicefs or use runtime 'alluxio' over the object store",
+                    )
+                )
+            if (d.namespace, d.name) in seen:
+                found.append(
+                    Problem(f"fluid.datasets[{i}].name", "expected a name unique in its namespace", d.name, "rename it")
+                )
+            seen.add((d.namespace, d.name))
+        return found
+
+    def scheduling_namespaces(self) -> dict[str, str]:
+        """The namespaces the volcano, training and fluid components create, by settings key."""
+        owned = {}
+        if self.volcano.enabled:
+            owned["volcano"] = self.volcano.namespace
+        datasets = {d.namespace for d in self.fluid.datasets} if self.fluid.enabled else set()
+        if self.fluid.enabled:
+            owned["fluid"] = self.fluid.namespace
+            owned.update({f"fluid.datasets.{ns}": ns for ns in sorted(datasets)})
+        if self.training.enabled:
+            if self.training.operator == "trainer-v2":
+                owned["training"] = self.training.namespace
+            if self.training.workload_namespace not in datasets:
+                owned["training.workloadNamespace"] = self.training.workload_namespace
+        return owned
+
     def namespaces(self) -> dict[str, str]:
         """The namespace each enabled component creates, by settings key."""
         owned = {"objectStore": self.object_store.namespace}
+        if self.acceptance.enabled:
+            owned["acceptance"] = self.acceptance.namespace
         if self.juicefs.enabled:
             owned.update(metadata=self.metadata.namespace, juicefs=self.juicefs.namespace)
         if self.rook_ceph.enabled:
@@ -128,7 +204,7 @@ class PlatformSettings(Section):
             owned["localNvme"] = self.local_nvme.namespace
             if self.local_nvme.pod_mutating_webhook:
                 owned["localNvme.certManager"] = self.local_nvme.cert_manager_namespace
-        return owned
+        return {**owned, **self.scheduling_namespaces()}
 
 
 def load_settings(stack: str, config: Mapping[str, Any]) -> PlatformSettings:
@@ -162,6 +238,10 @@ class Platform(pulumi.ComponentResource):
     """The Redis metadata engine (with JuiceFS only)."""
     rook_ceph: RookCeph | None
     """The Rook-Ceph cluster (when enabled)."""
+    volcano: Volcano | None
+    """The Volcano scheduler (when enabled)."""
+    fluid: Fluid | None
+    """Fluid dataset caching (when enabled)."""
 
     def __init__(self, name: str, args: PlatformArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ai-storage:platform:Platform", name, None, opts)
@@ -199,4 +279,35 @@ class Platform(pulumi.ComponentResource):
             )
         tiers = StorageTiers(f"{name}-tiers", StorageTiersArgs(s.tiers, backends), child)
         self.storage_classes = tiers.classes
+        if s.acceptance.enabled:
+            StorageAcceptance(f"{name}-acceptance", StorageAcceptanceArgs(s.acceptance, tiers.classes), child)
+        self._scheduling(name, s, tiers)
         self.register_outputs({"storage_classes": self.storage_classes})
+
+    def _scheduling(self, name: str, s: PlatformSettings, tiers: StorageTiers) -> None:
+        """Volcano, then Fluid, then the training operator (its runtimes mount Fluid's dataset claims)."""
+        child = pulumi.ResourceOptions(parent=self)
+        self.volcano = Volcano(f"{name}-volcano", VolcanoArgs(s.volcano), child) if s.volcano.enabled else None
+        self.fluid = None
+        if s.fluid.enabled:
+            store = self.object_store
+            juicefs = None
+            if self.metadata is not None:
+                juicefs = JuiceFSSource(
+                    s.juicefs.volume_name, self.metadata.url, store.storage_type, store.bucket_url,
+                    store.access_key, store.secret_key,
+                )
+            bucket = BucketSource(store.endpoint, store.bucket, store.access_key, store.secret_key)
+            self.fluid = Fluid(f"{name}-fluid", FluidArgs(s.fluid, bucket, juicefs), child)
+        if s.training.enabled and self.volcano is not None:
+            t = s.training
+            shared = self.fluid.namespaces.get(t.workload_namespace) if self.fluid else None
+            required = [
+                d.name for d in s.fluid.datasets
+                if s.fluid.enabled and s.fluid.data_affinity == "required" and d.namespace == t.workload_namespace
+            ]
+            args = TrainingArgs(
+                t, self.volcano.release, tiers.classes["checkpoint"], shared, required,
+                s.cluster.protect_stateful_resources,
+            )
+            Training(f"{name}-training", args, child)

@@ -252,12 +252,15 @@ def rendering(stack: str, monitor: RecordingMonitor) -> Rendering:
             out.manifests.setdefault(component_of(r, by_urn), []).append(r.inputs)
         elif r.type == RELEASE:
             i = r.inputs
+            repo, chart = (i.get("repositoryOpts") or {}).get("repo"), i.get("chart")
+            if repo is None and str(chart).startswith("oci://"):
+                repo, chart = chart.rsplit("/", 1)  # an OCI chart is named by its full reference
             out.charts.append(
                 {
                     "name": i.get("name"),
                     "namespace": i.get("namespace"),
-                    "chart": i.get("chart"),
-                    "repo": (i.get("repositoryOpts") or {}).get("repo"),
+                    "chart": chart,
+                    "repo": repo,
                     "version": i.get("version"),
                     "values": i.get("values") or {},
                 }

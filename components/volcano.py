@@ -1,0 +1,167 @@
+"""Volcano: the batch scheduler (gang scheduling, fair share between teams) and the teams' Queues.
+
+The chart is a Helm release, not ``helm.v4.Chart``: its admission-init Job, which writes the webhook's TLS
+Secret, is a ``pre-install`` hook that v4 would skip. Volcano's webhooks fail closed and Volcano creates
+and owns the ``default`` and ``root`` queues, so Queues wait for the release and never use those names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+from pydantic import Field, field_validator
+from pydantic_core import PydanticCustomError
+
+from . import kube, versions
+from .settings import DnsLabel, Problem, Quantity, Section
+
+SCHEDULER_NAME = "volcano"
+QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
+RESERVED_QUEUES = ("default", "root")
+GPU = "nvidia.com/gpu"
+
+
+class QueueResources(Section):
+    """An amount of cluster resources."""
+
+    cpu: Quantity | int | None = None
+    """CPU cores (`64` or `500m`)."""
+    memory: Quantity | None = None
+    """Memory (`256Gi`)."""
+    gpu: int | None = Field(None, ge=0)
+    """NVIDIA GPUs (`nvidia.com/gpu`)."""
+
+    def spec(self) -> dict[str, str | int]:
+        """The Kubernetes resource list, without the unset resources."""
+        out: dict[str, str | int] = {}
+        if self.cpu is not None:
+            out["cpu"] = str(self.cpu)
+        if self.memory is not None:
+            out["memory"] = self.memory
+        if self.gpu is not None:
+            out[GPU] = self.gpu
+        return out
+
+
+class QueueSettings(Section):
+    """One Volcano Queue (cluster-scoped): a team's share of the cluster."""
+
+    name: DnsLabel
+    """Queue name; jobs pick it with the `scheduling.volcano.sh/queue-name` annotation."""
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        if value in RESERVED_QUEUES:
+            raise PydanticCustomError(
+                "reserved_queue",
+                "expected a name other than 'default' and 'root' (Volcano creates and owns those queues)",
+            )
+        return value
+
+    weight: int = Field(1, ge=1, le=65535)
+    """Share of the cluster relative to the other queues' weights (proportion plugin)."""
+    capability: QueueResources | None = None
+    """Upper limit of what the queue's jobs may use together; unset for no limit."""
+    guarantee: QueueResources | None = None
+    """Resources reserved for this queue that no other queue may use."""
+    deserved: QueueResources | None = None
+    """Resources the queue deserves and reclaims (capacity plugin; the default proportion plugin uses weight)."""
+    reclaimable: bool = True
+    """Let other queues reclaim resources this queue uses beyond its share."""
+
+
+class VolcanoSettings(Section):
+    """The Volcano scheduler and its Queues."""
+
+    enabled: bool = False
+    """Install Volcano (needed by `training`)."""
+    namespace: DnsLabel = "volcano-system"
+    """Namespace of the scheduler, controllers and admission webhook."""
+    queues: list[QueueSettings] = []
+    """Queues to create, one per team or workload class."""
+
+    def problems(self) -> list[Problem]:
+        """Queue names used twice."""
+        found = []
+        seen: dict[str, int] = {}
+        for i, queue in enumerate(self.queues):
+            if queue.name in seen:
+                found.append(
+                    Problem(
+                        f"volcano.queues[{i}].name",
+                        f"expected a queue name not already used by volcano.queues[{seen[queue.name]}]",
+                        queue.name,
+                        "each Queue is one cluster-scoped object: merge the two entries or rename one",
+                    )
+                )
+            seen.setdefault(queue.name, i)
+        return found
+
+
+def chart_values() -> dict[str, object]:
+    """Helm values of the volcano release."""
+    return {"basic": {"image_tag_version": versions.VOLCANO_IMAGE_TAG}}
+
+
+def queue_spec(queue: QueueSettings) -> dict[str, object]:
+    """The ``spec`` of a Queue."""
+    spec: dict[str, object] = {"weight": queue.weight, "reclaimable": queue.reclaimable}
+    if queue.capability:
+        spec["capability"] = queue.capability.spec()
+    if queue.guarantee:
+        spec["guarantee"] = {"resource": queue.guarantee.spec()}
+    if queue.deserved:
+        spec["deserved"] = queue.deserved.spec()
+    return spec
+
+
+@dataclass
+class VolcanoArgs:
+    """Inputs of Volcano."""
+
+    settings: VolcanoSettings
+
+
+class Volcano(pulumi.ComponentResource):
+    """The volcano chart and the stack's Queues."""
+
+    release: k8s.helm.v3.Release
+    """The volcano release (installs the PodGroup and Queue CRDs); depend on it before using them."""
+    queues: list[pulumi.Output[str]]
+    """Names of the Queues created."""
+
+    def __init__(self, name: str, args: VolcanoArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("ai-storage:volcano:Volcano", name, None, opts)
+        s = args.settings
+        # baseline, not restricted: the chart's containers add the DAC_OVERRIDE capability (custom.default_csc).
+        ns = kube.namespace(f"{name}-ns", s.namespace, "baseline", self)
+        pin = versions.VOLCANO
+        # skip_await stays false: the release is done only when every Deployment (the admission webhook
+        # included) is ready, so Queues created after it never meet a webhook that is not serving yet.
+        self.release = k8s.helm.v3.Release(
+            f"{name}-release",
+            name="volcano",
+            namespace=ns.metadata.name,
+            chart=pin.chart,
+            version=pin.version,
+            repository_opts={"repo": pin.repo},
+            values=chart_values(),
+            skip_await=False,
+            timeout=600,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.queues = []
+        for queue in s.queues:
+            cr = k8s.apiextensions.CustomResource(
+                f"{name}-queue-{queue.name}",
+                api_version="scheduling.volcano.sh/v1beta1",
+                kind="Queue",
+                metadata={"name": queue.name, "labels": kube.labels("volcano", "queue")},
+                spec=queue_spec(queue),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.release]),
+            )
+            self.queues.append(cr.metadata["name"])
+        self.register_outputs({"queues": self.queues})

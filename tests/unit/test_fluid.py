@@ -1,0 +1,103 @@
+"""Fluid: the chart in its own namespace, datasets over JuiceFS or the bucket, pre-warm and data affinity."""
+
+import pytest
+import yaml
+
+from components.__main__ import main
+from components.fluid import CacheLevel, FluidSettings, chart_values
+from components.platform import load_settings
+from components.settings import SettingsError
+from tests.conftest import by_name, objects
+
+
+def test_chart_namespace_is_created_and_set_as_the_namespace_value(render_stack):
+    result, _ = render_stack("dev")
+    chart = next(c for c in result.charts if c["chart"] == "fluid")
+    assert chart["version"] == "1.0.8"
+    assert chart["namespace"] == chart["values"]["namespace"] == "fluid-system"
+    ns = by_name(result, "Namespace", "fluid-system")
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+
+
+def test_juicefs_dataset_mounts_the_platform_volume_with_secret_credentials(render_stack):
+    result, _ = render_stack("dev")
+    ds = by_name(result, "Dataset", "imagenet-mini")
+    mount = ds["spec"]["mounts"][0]
+    assert mount["mountPoint"] == "juicefs:///datasets/imagenet-mini"
+    assert mount["name"] == "ai-datasets"  # the JuiceFS volume's name
+    assert mount["options"]["storage"] == "minio"
+    secret = by_name(result, "Secret", "fluid-dataset-credentials-juicefs")
+    assert secret["metadata"]["namespace"] == ds["metadata"]["namespace"] == "training"
+    assert set(secret["stringData"]) == {"metaurl", "access-key", "secret-key"}
+    assert set(secret["stringData"].values()) == {"[secret]"}
+    refs = {o["name"]: o["valueFrom"]["secretKeyRef"] for o in mount["encryptOptions"]}
+    assert refs == {k: {"name": secret["metadata"]["name"], "key": k} for k in ("metaurl", "access-key", "secret-key")}
+
+
+def test_runtime_has_replicas_and_tiered_cache_and_dataload_prewarms(render_stack):
+    result, _ = render_stack("dev")
+    runtime = by_name(result, "JuiceFSRuntime", "imagenet-mini")
+    assert runtime["spec"]["replicas"] == 1
+    assert runtime["spec"]["tieredstore"]["levels"] == [
+        {"mediumtype": "MEM", "path": "/dev/shm", "quota": "2Gi", "high": "0.95", "low": "0.7"}
+    ]
+    load = by_name(result, "DataLoad", "imagenet-mini-prewarm")
+    assert load["spec"]["dataset"] == {"name": "imagenet-mini", "namespace": "training"}
+    assert load["spec"]["target"] == [{"path": "/"}]
+
+
+def test_every_fluid_resource_waits_for_the_chart(render_stack):
+    result, _ = render_stack("dev")
+    for r in result.plan["resources"]:
+        if r["type"].startswith("kubernetes:data.fluid.io/"):
+            assert "ai-storage-fluid-release" in r["dependsOn"], r["name"]
+
+
+def test_alluxio_dataset_reads_the_bucket_over_s3(render_stack):
+    dataset = {
+        "name": "coco", "runtime": "alluxio", "path": "/coco/", "replicas": 2,
+        "cache": [{"medium": "SSD", "path": "/mnt/nvme/fluid", "quota": "100Gi", "high": 0.9, "low": 0.6}],
+    }
+    result, _ = render_stack("dev", fluid={"datasets": [dataset]})
+    mount = by_name(result, "Dataset", "coco")["spec"]["mounts"][0]
+    assert mount["mountPoint"] == "s3://ai-datasets-dev/coco/"
+    assert mount["options"]["alluxio.underfs.s3.endpoint"] == "http://minio.object-store.svc.cluster.local:9000"
+    assert [o["name"] for o in mount["encryptOptions"]] == ["aws.accessKeyId", "aws.secretKey"]
+    runtime = by_name(result, "AlluxioRuntime", "coco")
+    assert runtime["spec"]["replicas"] == 2
+    assert runtime["spec"]["tieredstore"]["levels"][0]["mediumtype"] == "SSD"
+    assert not objects(result, "DataLoad")
+
+
+def test_data_affinity_sets_the_webhook_plugin_profile():
+    def args(mode):
+        config = chart_values(FluidSettings(data_affinity=mode))["webhook"]["pluginsProfile"]["pluginConfig"]
+        (plugin,) = [p for p in config if p["name"] == "NodeAffinityWithCache"]
+        return yaml.safe_load(plugin["args"])
+
+    assert "required" not in args("preferred")
+    assert args("preferred")["preferred"][0] == {"name": "fluid.io/node", "weight": 100}
+    assert args("required")["required"] == ["fluid.io/node"]
+
+
+def test_juicefs_dataset_without_juicefs_is_a_config_error_with_the_key():
+    with pytest.raises(SettingsError) as err:
+        load_settings("dev", {"juicefs": {"enabled": False}, "tiers": {"cold": "none", "checkpoint": "none"},
+                              "training": {"enabled": False}})
+    message = str(err.value)
+    assert "fluid.datasets[0].runtime: expected a runtime with a backend" in message
+    assert len(err.value.problems) == 1
+
+
+def test_cache_low_watermark_must_be_below_high():
+    with pytest.raises(ValueError, match="below high"):
+        CacheLevel(high=0.5, low=0.6)
+
+
+def test_cli_rejects_a_bad_cache_medium_with_exit_2(tmp_path, capsys):
+    bad = {"datasets": [{"name": "x", "cache": [{"medium": "NVME"}]}]}
+    path = tmp_path / "Pulumi.dev.yaml"
+    path.write_text(yaml.safe_dump({"config": {"ai-storage-platform:fluid": bad}}))
+    assert main(["render", "--stack", "dev", "--config-file", str(path), "--out", str(tmp_path / "out")]) == 2
+    expected = "fluid.datasets[0].cache[0].medium: expected one of 'MEM', 'SSD', 'HDD'; got 'NVME'"
+    assert expected in capsys.readouterr().err

@@ -1,0 +1,123 @@
+"""Training: Trainer v2 without its runtime installer hook, runtimes gang-scheduled by Volcano, v1 fallback."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components import training, versions
+from components.platform import load_settings
+from components.settings import SettingsError
+from components.training import GANG_FLAG, v1_operator_transform
+from tests.conformance.upstream import UPSTREAM, validate_kubernetes_object
+from tests.conftest import by_name, objects
+
+V1_DEPLOYMENT = Path(UPSTREAM) / "kubeflow-training-operator-v1" / "base" / "deployment.yaml"
+
+
+def test_trainer_chart_is_pinned_with_jobset_and_no_runtime_installer(render_stack):
+    result, _ = render_stack("dev")
+    chart = next(c for c in result.charts if c["chart"] == "kubeflow-trainer")
+    assert (chart["repo"], chart["version"]) == ("oci://ghcr.io/kubeflow/charts", "2.3.0")
+    values = chart["values"]
+    assert values["jobset"]["install"] is True
+    runtimes = values["runtimes"]
+    # The installer Job exists while any built-in runtime is on: every one is off.
+    assert runtimes["defaultEnabled"] is False
+    assert all(runtimes[r]["enabled"] is False for r in training._BUILTIN_RUNTIMES)
+    assert all(v["enabled"] is False for v in runtimes["torchtuneDistributed"].values())
+    assert values["dataCache"]["runtimes"]["torchDistributedWithCache"]["enabled"] is False
+
+
+def test_runtime_is_gang_scheduled_by_volcano_in_its_queue(render_stack):
+    result, _ = render_stack("dev")
+    rt = by_name(result, "ClusterTrainingRuntime", "torch-distributed-team-a")
+    spec = rt["spec"]
+    assert spec["podGroupPolicy"] == {"volcano": {}}
+    assert spec["mlPolicy"]["numNodes"] == 2
+    # The Trainer's Volcano plugin reads the queue from the JobSet template's annotations.
+    assert spec["template"]["metadata"]["annotations"]["scheduling.volcano.sh/queue-name"] == "team-a"
+    pod = spec["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    assert pod["metadata"]["annotations"]["scheduling.volcano.sh/queue-name"] == "team-a"
+    assert pod["spec"]["schedulerName"] == "volcano"
+
+
+def test_runtime_mounts_the_dataset_read_only_and_the_checkpoint_claim(render_stack):
+    result, _ = render_stack("dev")
+    pod = by_name(result, "ClusterTrainingRuntime", "torch-distributed-team-a")["spec"]["template"]["spec"][
+        "replicatedJobs"
+    ][0]["template"]["spec"]["template"]["spec"]
+    mounts = {m["mountPath"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["/data"]["readOnly"] is True and "readOnly" not in mounts["/checkpoints"]
+    claims = {v["name"]: v["persistentVolumeClaim"] for v in pod["volumes"]}
+    assert claims["data"] == {"claimName": "imagenet-mini", "readOnly": True}
+    assert claims["checkpoints"] == {"claimName": "checkpoints"}
+
+
+def test_checkpoint_claim_is_rwx_on_the_checkpoint_tier_class(render_stack):
+    result, _ = render_stack("dev", tiers={"namePrefix": "ai-"})
+    pvc = by_name(result, "PersistentVolumeClaim", "checkpoints")
+    assert pvc["metadata"]["namespace"] == "training"
+    assert pvc["spec"]["storageClassName"] == "ai-checkpoint"
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+
+
+def test_runtime_and_operator_wait_for_their_charts(render_stack):
+    result, _ = render_stack("dev")
+    deps = {r["name"]: r["dependsOn"] for r in result.plan["resources"]}
+    assert "ai-storage-volcano-release" in deps["ai-storage-training-trainer"]
+    runtime = deps["ai-storage-training-runtime-torch-distributed-team-a"]
+    assert {"ai-storage-training-trainer", "ai-storage-volcano-release"} <= set(runtime)
+
+
+def test_required_data_affinity_labels_runtime_pods(render_stack):
+    result, _ = render_stack("dev", fluid={"dataAffinity": "required"})
+    pod = by_name(result, "ClusterTrainingRuntime", "torch-distributed-team-a")["spec"]["template"]["spec"][
+        "replicatedJobs"
+    ][0]["template"]["spec"]["template"]
+    assert pod["metadata"]["labels"] == {"fluid.io/dataset.imagenet-mini.sched": "required"}
+
+
+def test_v1_operator_is_the_pinned_overlay_after_volcano(render_stack):
+    result, _ = render_stack("dev", training={"operator": "training-operator-v1", "runtimes": []})
+    assert not objects(result, "ClusterTrainingRuntime")
+    assert not [c for c in result.charts if c["chart"] == "kubeflow-trainer"]
+    directory = next(r for r in result.plan["resources"] if r["type"] == "kubernetes:kustomize/v2:Directory")
+    assert directory["inputs"]["directory"] == versions.TRAINING_OPERATOR_V1_KUSTOMIZE
+    assert "v1.9.4" in directory["inputs"]["directory"]
+    assert "ai-storage-volcano-release" in directory["dependsOn"]
+
+
+def test_v1_transform_pins_the_image_and_adds_gang_scheduling_to_the_upstream_deployment():
+    upstream = yaml.safe_load(V1_DEPLOYMENT.read_text())
+    out = v1_operator_transform(upstream)
+    container = out["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == versions.TRAINING_OPERATOR_V1_IMAGE
+    assert container["command"] == ["/manager"] and container["args"] == [GANG_FLAG]
+    assert v1_operator_transform(out)["spec"]["template"]["spec"]["containers"][0]["args"] == [GANG_FLAG]
+    assert validate_kubernetes_object(out, "1.33") == []
+    assert v1_operator_transform({"kind": "Service", "metadata": {"name": "training-operator"}}) is None
+
+
+def test_v1_transform_labels_the_overlay_namespace_for_pod_security():
+    out = v1_operator_transform({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kubeflow"}})
+    assert out["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
+
+
+def test_training_without_volcano_is_a_config_error():
+    with pytest.raises(SettingsError) as err:
+        load_settings("dev", {"volcano": {"enabled": False}})
+    assert "training.enabled: expected volcano.enabled: true" in str(err.value)
+
+
+def test_runtime_queue_must_be_a_volcano_queue():
+    runtime = {"name": "rt", "queue": "team-z", "datasetClaim": "imagenet-mini"}
+    with pytest.raises(SettingsError) as err:
+        load_settings("dev", {"training": {"runtimes": [runtime]}})
+    assert "training.runtimes[0].queue: expected one of volcano.queues (team-a, team-b)" in str(err.value)
+
+
+def test_training_needs_a_checkpoint_tier():
+    with pytest.raises(SettingsError) as err:
+        load_settings("dev", {"tiers": {"checkpoint": "none"}})
+    assert "tiers.checkpoint: expected a backend" in str(err.value)

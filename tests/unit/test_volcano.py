@@ -1,0 +1,76 @@
+"""Volcano: the chart as a release, team Queues after it, and the queue names Volcano owns refused."""
+
+import pytest
+import yaml
+
+from components.__main__ import main
+from components.platform import load_settings
+from components.settings import SettingsError
+from components.volcano import QueueResources, QueueSettings, queue_spec
+from tests.conftest import by_name, objects
+
+
+def test_chart_is_a_pinned_release_that_waits_for_readiness(render_stack):
+    result, _ = render_stack("dev")
+    chart = next(c for c in result.charts if c["chart"] == "volcano")
+    assert (chart["version"], chart["namespace"]) == ("1.15.1", "volcano-system")
+    assert chart["values"]["basic"]["image_tag_version"] == "v1.15.1"
+    release = next(r for r in result.plan["resources"] if r["name"] == "ai-storage-volcano-release")
+    assert release["inputs"].get("skipAwait", False) is False
+
+
+def test_dev_queues_carry_weight_capability_and_wait_for_the_release(render_stack):
+    result, _ = render_stack("dev")
+    names = {q["metadata"]["name"] for q in objects(result, "Queue")}
+    assert {"team-a", "team-b"} <= names
+    team_a = by_name(result, "Queue", "team-a")
+    assert team_a["apiVersion"] == "scheduling.volcano.sh/v1beta1"
+    assert team_a["spec"]["weight"] == 2
+    assert team_a["spec"]["capability"] == {"cpu": "32", "memory": "128Gi", "nvidia.com/gpu": 4}
+    for r in result.plan["resources"]:
+        if r["type"] == "kubernetes:scheduling.volcano.sh/v1beta1:Queue":
+            assert "ai-storage-volcano-release" in r["dependsOn"]
+
+
+def test_guarantee_and_deserved_are_rendered_only_where_set():
+    spec = queue_spec(
+        QueueSettings(
+            name="infer",
+            guarantee=QueueResources(gpu=1),
+            deserved=QueueResources(cpu="8", memory="32Gi"),
+            reclaimable=False,
+        )
+    )
+    assert spec == {
+        "weight": 1,
+        "reclaimable": False,
+        "guarantee": {"resource": {"nvidia.com/gpu": 1}},
+        "deserved": {"cpu": "8", "memory": "32Gi"},
+    }
+
+
+@pytest.mark.parametrize("reserved", ["default", "root"])
+def test_queues_volcano_owns_are_refused_with_the_key(reserved):
+    with pytest.raises(SettingsError) as err:
+        load_settings("dev", {"volcano": {"queues": [{"name": "team-a"}, {"name": reserved}]}})
+    message = str(err.value)
+    assert "volcano.queues[1].name" in message and "owns those queues" in message
+
+
+def test_duplicate_queue_names_are_refused_with_the_key():
+    with pytest.raises(SettingsError) as err:
+        load_settings("dev", {"volcano": {"queues": [{"name": "team-a"}, {"name": "team-a", "weight": 3}]}})
+    assert "volcano.queues[1].name: expected a queue name not already used by volcano.queues[0]" in str(err.value)
+
+
+def test_queue_names_are_dns_labels():
+    with pytest.raises(SettingsError) as err:
+        load_settings("dev", {"volcano": {"queues": [{"name": "Team_A"}]}})
+    assert "volcano.queues[0].name: expected a DNS label" in str(err.value)
+
+
+def test_cli_rejects_a_reserved_queue_with_exit_2(tmp_path, capsys):
+    path = tmp_path / "Pulumi.dev.yaml"
+    path.write_text(yaml.safe_dump({"config": {"ai-storage-platform:volcano": {"queues": [{"name": "default"}]}}}))
+    assert main(["render", "--stack", "dev", "--config-file", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert "volcano.queues[0].name" in capsys.readouterr().err
