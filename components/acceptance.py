@@ -85,7 +85,7 @@ def acceptance_script(tier: Tier, thresholds: Thresholds) -> str:
     if tier == "cold":
         checks.append(
             'check warm_cold_ratio "$(awk -v w="$(bw warm-read read)" -v c="$(bw cold-read read)" '
-            "'BEGIN { printf \"%.2f\", (c > 0 ? w / c : 0) }')\" "
+            '\'BEGIN { printf "%.2f", (c > 0 ? w / c : 0) }\')" '
             f"{t.warm_cold_ratio}"
         )
     return "\n".join(
@@ -95,18 +95,17 @@ def acceptance_script(tier: Tier, thresholds: Thresholds) -> str:
             "cat /tmp/fio.json",
             "# figure JOB SECTION FIELD: the first FIELD of SECTION (read/write) of JOB in fio's JSON",
             "figure() {",
-            "  awk -v job=\"$1\" -v sec=\"$2\" -v key=\"$3\" '",
+            '  awk -v job="$1" -v sec="$2" -v key="$3" \'',
             '    /"jobname" :/ { split($0, a, "\\""); name = a[4]; cur = ""; done = 0 }',
             '    /"(read|write|trim|sync)" : \\{/ { split($0, a, "\\""); cur = a[2] }',
-            "    name == job && cur == sec && !done && $1 == \"\\\"\" key \"\\\"\" "
-            '{ gsub(",", "", $3); print $3; done = 1 }',
+            '    name == job && cur == sec && !done && $1 == "\\"" key "\\"" { gsub(",", "", $3); print $3; done = 1 }',
             "  ' /tmp/fio.json",
             "}",
-            "bw() { awk -v k=\"$(figure \"$1\" \"$2\" bw)\" 'BEGIN { printf \"%.1f\", k / 1024 }'; }",
-            "iops() { figure \"$1\" \"$2\" iops; }",
+            'bw() { awk -v k="$(figure "$1" "$2" bw)" \'BEGIN { printf "%.1f", k / 1024 }\'; }',
+            'iops() { figure "$1" "$2" iops; }',
             "failed=0",
             "check() {",
-            "  ok=$(awk -v v=\"$2\" -v min=\"$3\" 'BEGIN { print (v + 0 >= min + 0) ? \"pass\" : \"fail\" }')",
+            '  ok=$(awk -v v="$2" -v min="$3" \'BEGIN { print (v + 0 >= min + 0) ? "pass" : "fail" }\')',
             f'  echo "{{\\"tier\\": \\"{tier}\\", \\"figure\\": \\"$1\\", \\"value\\": $2, \\"min\\": $3, '
             '\\"result\\": \\"$ok\\"}"',
             '  [ "$ok" = pass ] || failed=1',

@@ -97,7 +97,8 @@ def chart_values(settings: FluidSettings) -> dict[str, Any]:
     used = {d.runtime for d in settings.datasets}
     runtime: dict[str, Any] = {
         # Fluid starts a runtime controller on demand; run the ones our datasets use from the start.
-        kind: {"enabled": True} for kind in sorted(used)
+        kind: {"enabled": True}
+        for kind in sorted(used)
     }
     if "juicefs" in used:
         # The same JuiceFS client as the rest of the platform.

@@ -1,7 +1,10 @@
-"""ObjectStore: the durable cold copy of every dataset, in-cluster MinIO or AWS S3.
+"""ObjectStore: the durable cold copy of every dataset, in-cluster MinIO, AWS S3 or Ceph RGW.
 
 MinIO community edition is frozen (no images after October 2025): it is kept for dev clusters, pinned to
-the last published image. AWS S3 (through pulumi-aws) is the maintained backend for real environments.
+the last published image. AWS S3 (through pulumi-aws) and Ceph RGW (run by RookCeph) are the maintained
+backends. On RGW the access keys are generated here and handed to a CephObjectStoreUser through a Secret
+this package owns (its ``spec.keys``), so they are Pulumi outputs, not values read back from the cluster
+(an ObjectBucketClaim's generated keys could not be); JuiceFS creates the bucket on first format.
 """
 
 from __future__ import annotations
@@ -18,7 +21,11 @@ from pydantic import Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from . import kube, versions
+from .rook_ceph import RgwGateway
 from .settings import DnsLabel, Quantity, Resources, Section
+
+RGW_USER = "juicefs"
+"""CephObjectStoreUser of the `ceph-rgw` backend."""
 
 
 class MinioSettings(Section):
@@ -62,8 +69,8 @@ class S3Settings(Section):
 class ObjectStoreSettings(Section):
     """The object store: backend, bucket and backend-specific settings."""
 
-    backend: Literal["minio", "s3"] = "minio"
-    """Where objects live: in-cluster MinIO (frozen upstream, for dev) or AWS S3."""
+    backend: Literal["minio", "s3", "ceph-rgw"] = "minio"
+    """Where objects live: in-cluster MinIO (frozen upstream, for dev), AWS S3, or Ceph RGW (needs rookCeph)."""
     bucket: str = Field("ai-datasets", pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
     """Bucket that holds the JuiceFS data (must be globally unique on S3)."""
     namespace: DnsLabel = "object-store"
@@ -83,6 +90,8 @@ class ObjectStoreArgs:
     """Protect and retain the bucket and data volumes."""
     expirations: Mapping[str, int] = field(default_factory=dict)
     """Key prefixes whose objects the bucket deletes after that many days (e.g. metadata backups)."""
+    rgw: RgwGateway | None = None
+    """The Ceph RGW gateway (backend `ceph-rgw`)."""
 
 
 def minio_lifecycle(expirations: Mapping[str, int]) -> str:
@@ -109,7 +118,7 @@ class ObjectStore(pulumi.ComponentResource):
     bucket_url: pulumi.Output[str]
     """Bucket URL in the form JuiceFS expects (`<endpoint>/<bucket>` or the virtual-hosted S3 URL)."""
     storage_type: str
-    """JuiceFS storage type for this backend (`minio` or `s3`)."""
+    """JuiceFS storage type for this backend (`minio`, or `s3` for AWS S3 and Ceph RGW)."""
     access_key: pulumi.Output[str]
     """Access key id (secret; empty when IAM roles for service accounts are used)."""
     secret_key: pulumi.Output[str]
@@ -125,6 +134,10 @@ class ObjectStore(pulumi.ComponentResource):
         self._ns = kube.namespace(f"{name}-ns", s.namespace, "restricted", self)
         if s.backend == "minio":
             self._minio(name, s, args.protect, args.expirations)
+        elif s.backend == "ceph-rgw":
+            if args.rgw is None:
+                raise ValueError("objectStore backend ceph-rgw needs the RGW gateway of RookCeph")
+            self._ceph_rgw(name, s, args.protect, args.rgw)
         else:
             self._s3(name, s, args.protect, args.expirations)
         secret = k8s.core.v1.Secret(
@@ -313,6 +326,42 @@ class ObjectStore(pulumi.ComponentResource):
             },
             opts=pulumi.ResourceOptions(parent=self, depends_on=[statefulset, service]),
         )
+
+    def _ceph_rgw(self, name: str, s: ObjectStoreSettings, protect: bool, rgw: RgwGateway) -> None:
+        child = pulumi.ResourceOptions(parent=self)
+        access = random.RandomString(f"{name}-rgw-access-key", length=20, special=False, lower=False, opts=child)
+        secret = random.RandomPassword(f"{name}-rgw-secret-key", length=40, special=False, opts=child)
+        self.access_key = pulumi.Output.secret(access.result)
+        self.secret_key = secret.result
+        keys_name = f"rgw-{RGW_USER}-keys"
+        keys = k8s.core.v1.Secret(
+            f"{name}-rgw-keys",
+            metadata={"name": keys_name, "namespace": rgw.namespace},
+            type="Opaque",
+            string_data={"access-key": self.access_key, "secret-key": self.secret_key},
+            opts=child,
+        )
+        k8s.apiextensions.CustomResource(
+            f"{name}-rgw-user",
+            api_version="ceph.rook.io/v1",
+            kind="CephObjectStoreUser",
+            metadata={"name": RGW_USER, "namespace": rgw.namespace},
+            spec={
+                "store": rgw.store,
+                "displayName": "JuiceFS data of the AI storage platform",
+                "keys": [
+                    {
+                        "accessKeyRef": {"name": keys_name, "key": "access-key"},
+                        "secretKeyRef": {"name": keys_name, "key": "secret-key"},
+                    }
+                ],
+            },
+            opts=kube.stateful(self, protect, depends_on=[*rgw.depends_on, keys]),
+        )
+        self.storage_type = "s3"
+        self.endpoint = pulumi.Output.from_input(rgw.endpoint)
+        self.bucket = pulumi.Output.from_input(s.bucket)
+        self.bucket_url = pulumi.Output.from_input(f"{rgw.endpoint}/{s.bucket}")
 
     def _s3(self, name: str, s: ObjectStoreSettings, protect: bool, expirations: Mapping[str, int]) -> None:
         import pulumi_aws as aws  # only stacks that use S3 pay for importing pulumi-aws

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -12,8 +13,10 @@ from pydantic import Field
 from .acceptance import AcceptanceSettings, StorageAcceptance, StorageAcceptanceArgs
 from .fluid import BucketSource, Fluid, FluidArgs, FluidSettings, JuiceFSSource
 from .juicefs import BACKUP_PREFIX, JuiceFS, JuiceFSArgs, JuiceFSSettings
+from .local_nvme import LocalNVMe, LocalNVMeArgs, LocalNVMeSettings
 from .metadata_engine import MetadataEngine, MetadataEngineArgs, MetadataSettings
 from .object_store import ObjectStore, ObjectStoreArgs, ObjectStoreSettings
+from .rook_ceph import RookCeph, RookCephArgs, RookCephSettings
 from .settings import Problem, Section, SettingsError, load_profile, merge, validate
 from .storage_tiers import TIERS, StorageTiers, StorageTiersArgs, TierBackend, TiersSettings
 from .training import Training, TrainingArgs, TrainingSettings
@@ -48,6 +51,10 @@ class PlatformSettings(Section):
     """JuiceFS CSI driver and cache."""
     tiers: TiersSettings = TiersSettings()
     """Tier-to-backend map and StorageClass naming."""
+    rook_ceph: RookCephSettings = RookCephSettings()
+    """Rook-Ceph cluster, pools and filesystems (warm and checkpoint tiers, RGW)."""
+    local_nvme: LocalNVMeSettings = LocalNVMeSettings()
+    """TopoLVM node-local NVMe volumes (hot tier)."""
     acceptance: AcceptanceSettings = AcceptanceSettings()
     """fio acceptance Jobs per tier, with thresholds."""
     # Scheduling and data loading (issue 4).
@@ -60,7 +67,7 @@ class PlatformSettings(Section):
 
     def backends(self) -> dict[str, bool]:
         """Which tier backends the stack enables."""
-        return {"juicefs": self.juicefs.enabled, "cephfs": False, "topolvm": False}
+        return {"juicefs": self.juicefs.enabled, "cephfs": self.rook_ceph.enabled, "topolvm": self.local_nvme.enabled}
 
     def problems(self) -> list[Problem]:
         """Rules that span sections (each field alone is already valid)."""
@@ -84,6 +91,7 @@ class PlatformSettings(Section):
                     "tiers.defaultTier", "expected a tier that has a backend", self.tiers.default_tier, "map it first"
                 )
             )
+        found += self._storage_problems()
         seen: dict[str, str] = {}
         for key, ns in self.namespaces().items():
             if ns in seen:
@@ -91,6 +99,35 @@ class PlatformSettings(Section):
                     Problem(f"{key}.namespace", f"expected a namespace not used by {seen[ns]}", ns, "pick another")
                 )
             seen[ns] = key
+        return found
+
+    def _storage_problems(self) -> list[Problem]:
+        """Ceph durability rules, Ceph staying off TopoLVM's NVMe disks, and RGW needing Rook-Ceph."""
+        found = []
+        ceph = self.rook_ceph
+        if ceph.enabled:
+            found += ceph.problems()
+            pattern = ceph.storage.device_filter
+            on_nvme = pattern and any(re.search(pattern, d) for d in ("nvme0n1", "nvme1n1", "nvme0n1p1"))
+            if self.local_nvme.enabled and on_nvme and not ceph.storage.nodes:
+                found.append(
+                    Problem(
+                        "rookCeph.storage.deviceFilter",
+                        "expected a filter that matches no NVMe device while localNvme is enabled",
+                        pattern,
+                        "Ceph would claim the NVMe disks meant for TopoLVM; list the disks Ceph may use in "
+                        "rookCeph.storage.nodes instead",
+                    )
+                )
+        if self.object_store.backend == "ceph-rgw" and not ceph.enabled:
+            found.append(
+                Problem(
+                    "objectStore.backend",
+                    "expected minio or s3 when rookCeph is disabled",
+                    "ceph-rgw",
+                    "enable rookCeph (it runs the RGW object store) or pick another backend",
+                )
+            )
         return found
 
     def scheduling_problems(self) -> list[Problem]:
@@ -161,6 +198,12 @@ class PlatformSettings(Section):
             owned["acceptance"] = self.acceptance.namespace
         if self.juicefs.enabled:
             owned.update(metadata=self.metadata.namespace, juicefs=self.juicefs.namespace)
+        if self.rook_ceph.enabled:
+            owned["rookCeph"] = self.rook_ceph.namespace
+        if self.local_nvme.enabled:
+            owned["localNvme"] = self.local_nvme.namespace
+            if self.local_nvme.pod_mutating_webhook:
+                owned["localNvme.certManager"] = self.local_nvme.cert_manager_namespace
         return {**owned, **self.scheduling_namespaces()}
 
 
@@ -199,6 +242,8 @@ class Platform(pulumi.ComponentResource):
     """The object store component."""
     metadata: MetadataEngine | None
     """The Redis metadata engine (with JuiceFS only)."""
+    rook_ceph: RookCeph | None
+    """The Rook-Ceph cluster (when enabled)."""
     volcano: Volcano | None
     """The Volcano scheduler (when enabled)."""
     fluid: Fluid | None
@@ -209,10 +254,19 @@ class Platform(pulumi.ComponentResource):
         s = args.settings
         protect = s.cluster.protect_stateful_resources
         child = pulumi.ResourceOptions(parent=self)
-        self.object_store = ObjectStore(
-            f"{name}-object-store", ObjectStoreArgs(s.object_store, protect, backup_expiry(s.juicefs)), child
-        )
         backends: dict[str, TierBackend] = {}
+        # Rook-Ceph and TopoLVM first: the ceph-rgw object store runs on Rook-Ceph.
+        self.rook_ceph = None
+        if s.rook_ceph.enabled:
+            rgw = s.object_store.backend == "ceph-rgw"
+            self.rook_ceph = RookCeph(f"{name}-rook-ceph", RookCephArgs(s.rook_ceph, protect, rgw), child)
+            backends["cephfs"] = self.rook_ceph
+        if s.local_nvme.enabled:
+            backends["topolvm"] = LocalNVMe(f"{name}-local-nvme", LocalNVMeArgs(s.local_nvme), child)
+        gateway = self.rook_ceph.rgw if self.rook_ceph else None
+        self.object_store = ObjectStore(
+            f"{name}-object-store", ObjectStoreArgs(s.object_store, protect, backup_expiry(s.juicefs), gateway), child
+        )
         self.metadata = None
         if s.juicefs.enabled:
             self.metadata = MetadataEngine(f"{name}-metadata", MetadataEngineArgs(s.metadata, protect), child)

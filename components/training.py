@@ -36,7 +36,11 @@ V1_NAMESPACE = "kubeflow"
 V1_DEPLOYMENT = "training-operator"
 GANG_FLAG = f"--gang-scheduler-name={SCHEDULER_NAME}"
 _BUILTIN_RUNTIMES = (
-    "torchDistributed", "deepspeedDistributed", "mlxDistributed", "jaxDistributed", "xgboostDistributed"
+    "torchDistributed",
+    "deepspeedDistributed",
+    "mlxDistributed",
+    "jaxDistributed",
+    "xgboostDistributed",
 )
 _TORCHTUNE_RUNTIMES = ("llama3_2_1B", "llama3_2_3B", "qwen2_5_1_5B")
 

@@ -75,3 +75,27 @@ def test_protect_flag_guards_bucket_and_data_volumes(render_stack):
     assert {"ai-storage-object-store-bucket", "ai-storage-metadata-redis"} <= guarded
     _, monitor = render_stack("dev")
     assert not any(r.protect for r in monitor.registrations)
+
+
+def test_ceph_rgw_user_takes_keys_from_a_secret_the_platform_owns(render_stack):
+    result, monitor = render_stack("dev", objectStore={"backend": "ceph-rgw"})
+    user = by_name(result, "CephObjectStoreUser", "juicefs")
+    assert user["metadata"]["namespace"] == "rook-ceph"
+    assert user["spec"]["store"] == "ai-objects"
+    ref = user["spec"]["keys"][0]
+    assert ref["accessKeyRef"] == {"name": "rgw-juicefs-keys", "key": "access-key"}
+    assert ref["secretKeyRef"] == {"name": "rgw-juicefs-keys", "key": "secret-key"}
+    assert by_name(result, "Secret", "rgw-juicefs-keys")["stringData"] == {
+        "access-key": "[secret]",
+        "secret-key": "[secret]",
+    }
+    regs = {r.name: r for r in monitor.registrations}
+    assert regs["ai-storage-rook-ceph-object-store"].urn in regs["ai-storage-object-store-rgw-user"].dependencies
+
+
+def test_ceph_rgw_endpoint_is_the_gateway_service(render_stack):
+    result, _ = render_stack("dev", objectStore={"backend": "ceph-rgw"})
+    assert result.outputs["objectStoreEndpoint"] == "http://rook-ceph-rgw-ai-objects.rook-ceph.svc:80"
+    assert result.outputs["objectStoreBucket"] == "ai-datasets-dev"
+    assert "minio" not in {c["chart"] for c in result.charts}
+    assert [o for o in result.manifests.get("object-store", []) if o["kind"] == "StatefulSet"] == []

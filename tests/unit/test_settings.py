@@ -78,7 +78,7 @@ def test_cli_exits_2_with_every_problem_and_creates_nothing(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["render", "--stack", "dev", "--config-file", str(path), "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert "objectStore.backend: expected one of 'minio', 's3'; got 'gcs'" in err
+    assert "objectStore.backend: expected one of 'minio', 's3', 'ceph-rgw'; got 'gcs'" in err
     assert "tiers.warm:" in err
     assert not out.exists()
 

@@ -1,0 +1,184 @@
+"""LocalNVMe: TopoLVM logical volumes on each node's NVMe volume groups, for the hot tier.
+
+TopoLVM needs an LVM volume group on every node that runs lvmd: the node selector keeps lvmd (and the node
+plugin) on the nodes that have one. Scheduling uses CSI storage capacity tracking, so neither the
+topolvm-scheduler extender nor the pod-mutating webhook is needed; cert-manager, which only issues that
+webhook's certificate, is installed only when the webhook is turned on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+from pydantic import Field, field_validator
+from pydantic_core import PydanticCustomError
+
+from . import kube, versions
+from .settings import DnsLabel, Section
+from .storage_tiers import Tier, TierClass
+
+DRIVER = "topolvm.io"
+
+
+class ThinPoolSettings(Section):
+    """An LVM thin pool inside the volume group (created by the node's administrator, not by TopoLVM)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9+_.][A-Za-z0-9+_.-]*$")
+    """Thin pool logical volume name."""
+    overprovision_ratio: float = Field(10.0, ge=1.0, le=100.0)
+    """How many times the pool's size may be promised to volumes."""
+
+
+class DeviceClassSettings(Section):
+    """A TopoLVM device class: volumes of this class come from one LVM volume group on each node."""
+
+    name: DnsLabel
+    """Device class name (the StorageClass parameter `topolvm.io/device-class`)."""
+    volume_group: str = Field(pattern=r"^[A-Za-z0-9+_.][A-Za-z0-9+_.-]*$")
+    """LVM volume group on every lvmd node."""
+    spare_gb: int = Field(10, ge=0, le=100000)
+    """GiB of the volume group TopoLVM never hands out."""
+    default: bool = False
+    """Class used when a claim names none (exactly one class is the default)."""
+    thin_pool: ThinPoolSettings | None = None
+    """Thin-provision volumes from this pool; unset gives thick volumes."""
+
+    def lvmd(self) -> dict[str, Any]:
+        """The lvmd.yaml entry (lvmd's kebab-case keys)."""
+        entry: dict[str, Any] = {
+            "name": self.name,
+            "volume-group": self.volume_group,
+            "spare-gb": self.spare_gb,
+            "default": self.default,
+        }
+        if self.thin_pool:
+            entry["type"] = "thin"
+            entry["thin-pool"] = {
+                "name": self.thin_pool.name,
+                "overprovision-ratio": self.thin_pool.overprovision_ratio,
+            }
+        return entry
+
+
+class LocalNVMeSettings(Section):
+    """TopoLVM: node-local NVMe volumes from LVM volume groups."""
+
+    enabled: bool = True
+    """Install TopoLVM and serve the tiers mapped to `topolvm`."""
+    namespace: DnsLabel = "topolvm-system"
+    """Namespace of TopoLVM (privileged: lvmd and the node plugin manage LVM on the host)."""
+    device_classes: list[DeviceClassSettings] = Field(
+        [DeviceClassSettings(name="nvme", volume_group="nvme-vg", default=True)], min_length=1
+    )
+    """Device classes; the default one backs the hot tier."""
+    node_selector: dict[str, str] = {"ai-storage-platform/local-nvme": "true"}
+    """Labels of the nodes that have the volume groups (lvmd and the node plugin run only there)."""
+    controller_replicas: int = Field(2, ge=1, le=5)
+    """TopoLVM controller replicas."""
+    pod_mutating_webhook: bool = False
+    """Turn on TopoLVM's pod-mutating webhook (only for the scheduler extender; installs cert-manager)."""
+    cert_manager_namespace: DnsLabel = "cert-manager"
+    """Namespace of cert-manager (only with `podMutatingWebhook`)."""
+
+    @field_validator("device_classes")
+    @classmethod
+    def _one_default(cls, value: list[DeviceClassSettings]) -> list[DeviceClassSettings]:
+        names = [c.name for c in value]
+        if len(set(names)) != len(names):
+            raise PydanticCustomError("device_classes", "expected unique device class names")
+        if sum(c.default for c in value) != 1:
+            raise PydanticCustomError("device_classes", "expected exactly one device class with default: true")
+        return value
+
+    def default_class(self) -> DeviceClassSettings:
+        """The default device class."""
+        return next(c for c in self.device_classes if c.default)
+
+
+def chart_values(s: LocalNVMeSettings) -> dict[str, Any]:
+    """Helm values of the topolvm release."""
+    return {
+        "lvmd": {
+            "managed": True,
+            "deviceClasses": [c.lvmd() for c in s.device_classes],
+            "nodeSelector": dict(s.node_selector),
+        },
+        "node": {"nodeSelector": dict(s.node_selector)},
+        "controller": {"replicaCount": s.controller_replicas, "storageCapacityTracking": {"enabled": True}},
+        "scheduler": {"enabled": False},
+        "webhook": {
+            "podMutatingWebhook": {"enabled": s.pod_mutating_webhook, "ignoreNamespaces": ["kube-system", s.namespace]}
+        },
+        # cert-manager, when needed, is its own pinned release, not the chart's older subchart.
+        "cert-manager": {"enabled": False},
+        # The tier StorageClasses are the platform's; the chart's default class is not created.
+        "storageClasses": [],
+    }
+
+
+def cert_manager_values() -> dict[str, Any]:
+    """Helm values of the cert-manager release."""
+    return {"crds": {"enabled": True}}
+
+
+@dataclass
+class LocalNVMeArgs:
+    """Inputs of LocalNVMe."""
+
+    settings: LocalNVMeSettings
+
+
+class LocalNVMe(pulumi.ComponentResource):
+    """TopoLVM (and cert-manager when its webhook is on)."""
+
+    device_classes: list[str]
+    """Device class names."""
+
+    def __init__(self, name: str, args: LocalNVMeArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("ai-storage:local_nvme:LocalNVMe", name, None, opts)
+        s = args.settings
+        self._settings = s
+        after: list[pulumi.Resource] = []
+        if s.pod_mutating_webhook:
+            cm_ns = kube.namespace(f"{name}-cert-manager-ns", s.cert_manager_namespace, "restricted", self)
+            after.append(self._release(f"{name}-cert-manager", versions.CERT_MANAGER, cm_ns, cert_manager_values(), []))
+        ns = kube.namespace(f"{name}-ns", s.namespace, "privileged", self)
+        self._topolvm = self._release(f"{name}-topolvm", versions.TOPOLVM, ns, chart_values(s), after)
+        self.device_classes = [c.name for c in s.device_classes]
+        self.register_outputs({"device_classes": self.device_classes})
+
+    def _release(
+        self,
+        resource_name: str,
+        pin: versions.ChartPin,
+        ns: k8s.core.v1.Namespace,
+        values: dict[str, Any],
+        after: list[pulumi.Resource],
+    ) -> k8s.helm.v3.Release:
+        return k8s.helm.v3.Release(
+            resource_name,
+            name=pin.chart,
+            namespace=ns.metadata.name,
+            chart=pin.chart,
+            version=pin.version,
+            repository_opts={"repo": pin.repo},
+            values=values,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=after),
+        )
+
+    def tier_class(self, tier: Tier) -> TierClass:
+        """Node-local (RWO) xfs volumes of the default device class, bound where the pod is scheduled."""
+        return TierClass(
+            provisioner=DRIVER,
+            parameters={
+                "csi.storage.k8s.io/fstype": "xfs",
+                f"{DRIVER}/device-class": self._settings.default_class().name,
+            },
+            access_mode="ReadWriteOnce",
+            binding_mode="WaitForFirstConsumer",
+            allow_expansion=True,
+            depends_on=[self._topolvm],
+        )

@@ -1,0 +1,77 @@
+"""Rook-Ceph and TopoLVM in the settings the stack files do not cover, checked against the upstream files.
+
+TopoLVM creates no custom resources from Pulumi (LogicalVolumes are made by its driver): its chart values
+are checked. Every Rook custom resource is checked against the upstream CRD schema.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from components import versions
+from tests.conformance.test_rendered_stacks import FREE_FORM
+from tests.conformance.upstream import validate_custom_resource, values_path_errors
+from tests.conftest import objects
+
+PINS = {pin.chart: pin for pin in vars(versions).values() if isinstance(pin, versions.ChartPin)}
+VARIANTS = {
+    "ceph-rgw": {"objectStore": {"backend": "ceph-rgw"}},
+    "per-node-devices": {"rookCeph": {"storage": {"nodes": [{"name": "node-a", "devices": ["sdb", "sdc"]}]}}},
+    "webhook-and-cert-manager": {"localNvme": {"podMutatingWebhook": True}},
+    "thin-pool": {
+        "localNvme": {
+            "deviceClasses": [
+                {"name": "nvme", "volumeGroup": "nvme-vg", "default": True},
+                {"name": "thin", "volumeGroup": "nvme-vg", "thinPool": {"name": "pool0"}},
+            ]
+        }
+    },
+    "destructive-cleanup-opted-in": {
+        "rookCeph": {
+            "cleanupPolicy": {"confirmation": "yes-really-destroy-data", "allowUninstallWithVolumes": True},
+            "acceptDataDestructionOnDelete": True,
+        }
+    },
+}
+
+
+def rook_crs(result):
+    return [o for objs in result.manifests.values() for o in objs if o["apiVersion"].startswith("ceph.rook.io/")]
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_rook_custom_resource_passes_its_upstream_crd_schema(render_stack, variant):
+    result, _ = render_stack("dev", **VARIANTS[variant])
+    found = rook_crs(result)
+    kinds = {o["kind"] for o in found}
+    assert {"CephCluster", "CephBlockPool", "CephFilesystem", "CephFilesystemSubVolumeGroup"} <= kinds
+    errors = [e for o in found for e in validate_custom_resource(o)]
+    assert errors == []
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_rook_and_topolvm_chart_value_path_exists_upstream(render_stack, variant):
+    result, _ = render_stack("dev", **VARIANTS[variant])
+    charts = [c for c in result.charts if c["chart"] != "juicefs-csi-driver"]
+    assert {"rook-ceph", "ceph-csi-drivers", "topolvm"} <= {c["chart"] for c in charts}
+    errors = [e for c in charts for e in values_path_errors(PINS[c["chart"]].upstream_dir, c["values"], FREE_FORM)]
+    assert errors == []
+
+
+def test_rgw_objects_pass_their_schemas(render_stack):
+    result, _ = render_stack("dev", objectStore={"backend": "ceph-rgw"})
+    kinds = {o["kind"] for o in rook_crs(result)}
+    assert {"CephObjectStore", "CephObjectStoreUser"} <= kinds
+
+
+def test_a_misspelt_ceph_field_would_be_caught():
+    bad = {"apiVersion": "ceph.rook.io/v1", "kind": "CephBlockPool", "metadata": {"name": "p"}}
+    bad["spec"] = {"replicated": {"size": 3}, "failureDomian": "host"}
+    assert any("failureDomian" in e for e in validate_custom_resource(bad))
+
+
+def test_no_rook_cluster_spec_ever_uses_all_devices(render_stack):
+    for overrides in VARIANTS.values():
+        result, _ = render_stack("dev", **overrides)
+        for cluster in objects(result, "CephCluster"):
+            assert cluster["spec"]["storage"]["useAllDevices"] is False

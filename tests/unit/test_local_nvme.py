@@ -1,0 +1,97 @@
+"""LocalNVMe: TopoLVM pinned, device classes from settings, cert-manager only with the pod-mutating webhook."""
+
+from __future__ import annotations
+
+import pytest
+
+from components import local_nvme
+from components.local_nvme import LocalNVMeSettings
+from components.platform import load_settings
+from components.settings import SettingsError
+from tests.conftest import by_name
+
+
+def charts(result):
+    return {c["chart"]: c for c in result.charts}
+
+
+def test_topolvm_is_pinned_with_capacity_tracking_and_no_webhook_or_cert_manager(render_stack):
+    result, _ = render_stack("dev")
+    topolvm = charts(result)["topolvm"]
+    assert (topolvm["version"], topolvm["repo"]) == ("17.1.0", "https://topolvm.github.io/topolvm")
+    values = topolvm["values"]
+    assert values["controller"]["storageCapacityTracking"]["enabled"] is True
+    assert values["scheduler"]["enabled"] is False
+    assert values["webhook"]["podMutatingWebhook"]["enabled"] is False
+    assert values["cert-manager"]["enabled"] is False
+    assert values["storageClasses"] == []
+    assert "cert-manager" not in charts(result)
+
+
+def test_webhook_brings_a_pinned_cert_manager_with_crds_installed_first(render_stack):
+    result, monitor = render_stack("dev", localNvme={"podMutatingWebhook": True})
+    cert_manager = charts(result)["cert-manager"]
+    assert (cert_manager["version"], cert_manager["repo"]) == ("v1.21.1", "https://charts.jetstack.io")
+    assert cert_manager["values"]["crds"]["enabled"] is True
+    assert charts(result)["topolvm"]["values"]["webhook"]["podMutatingWebhook"]["enabled"] is True
+    urns = {r.name: r for r in monitor.registrations}
+    assert urns["ai-storage-local-nvme-cert-manager"].urn in urns["ai-storage-local-nvme-topolvm"].dependencies
+    assert (
+        by_name(result, "Namespace", "cert-manager")["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
+        == "restricted"
+    )
+
+
+def test_device_classes_become_lvmd_entries_with_thin_pools():
+    settings = LocalNVMeSettings(
+        device_classes=[
+            {"name": "nvme", "volumeGroup": "nvme-vg", "default": True, "spareGb": 20},
+            {"name": "nvme-thin", "volumeGroup": "nvme-vg", "thinPool": {"name": "pool0", "overprovisionRatio": 5.0}},
+        ]
+    )
+    values = local_nvme.chart_values(settings)
+    assert values["lvmd"]["deviceClasses"] == [
+        {"name": "nvme", "volume-group": "nvme-vg", "spare-gb": 20, "default": True},
+        {
+            "name": "nvme-thin",
+            "volume-group": "nvme-vg",
+            "spare-gb": 10,
+            "default": False,
+            "type": "thin",
+            "thin-pool": {"name": "pool0", "overprovision-ratio": 5.0},
+        },
+    ]
+
+
+def test_lvmd_and_node_plugin_run_only_on_selected_nodes(render_stack):
+    result, _ = render_stack("dev", localNvme={"nodeSelector": {"nvme": "yes"}})
+    values = charts(result)["topolvm"]["values"]
+    assert values["lvmd"]["nodeSelector"] == {"nvme": "yes"}
+    assert values["node"]["nodeSelector"] == {"nvme": "yes"}
+
+
+def test_namespace_is_privileged_for_lvmd_and_the_node_plugin(render_stack):
+    result, _ = render_stack("dev")
+    ns = by_name(result, "Namespace", "topolvm-system")
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+
+
+@pytest.mark.parametrize(
+    ("classes", "expected"),
+    [
+        ([{"name": "a", "volumeGroup": "vg"}], "exactly one device class with default: true"),
+        (
+            [{"name": "a", "volumeGroup": "vg", "default": True}, {"name": "b", "volumeGroup": "vg", "default": True}],
+            "exactly one device class with default: true",
+        ),
+        (
+            [{"name": "a", "volumeGroup": "vg", "default": True}, {"name": "a", "volumeGroup": "vg2"}],
+            "unique device class names",
+        ),
+        ([], "at least 1 item"),
+    ],
+)
+def test_device_class_lists_need_one_default_and_unique_names(classes, expected):
+    with pytest.raises(SettingsError) as caught:
+        load_settings("dev", {"localNvme": {"deviceClasses": classes}})
+    assert "localNvme.deviceClasses:" in str(caught.value) and expected in str(caught.value)

@@ -1,0 +1,234 @@
+"""RookCeph: three pinned steps (operator, CSI drivers, cluster), durable pools, and the rules that guard them."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from components import rook_ceph
+from components.__main__ import main
+from components.platform import load_settings
+from components.rook_ceph import RookCephSettings
+from components.settings import SettingsError
+from tests.conformance.upstream import UPSTREAM
+from tests.conftest import by_name, objects
+
+RECOMMENDED = UPSTREAM / "rook-ceph/ceph-csi-drivers/rook-recommended/values.yaml"
+
+
+def crs(result, kind):
+    return [o for o in objects(result, kind) if o["apiVersion"] == "ceph.rook.io/v1"]
+
+
+def registration(monitor, name):
+    return next(r for r in monitor.registrations if r.name == name)
+
+
+def test_operator_csi_drivers_and_cluster_are_pinned_and_ordered(render_stack):
+    result, monitor = render_stack("dev")
+    charts = {c["chart"]: c for c in result.charts}
+    assert (charts["rook-ceph"]["version"], charts["rook-ceph"]["repo"]) == (
+        "v1.20.6",
+        "https://charts.rook.io/release",
+    )
+    assert (charts["ceph-csi-drivers"]["version"], charts["ceph-csi-drivers"]["repo"]) == (
+        "1.0.4",
+        "https://ceph.github.io/ceph-csi-operator",
+    )
+    assert charts["rook-ceph"]["values"]["crds"]["enabled"] is True
+    assert charts["rook-ceph"]["values"]["csi"]["installCsiOperator"] is True
+    operator = registration(monitor, "ai-storage-rook-ceph-operator").urn
+    drivers = registration(monitor, "ai-storage-rook-ceph-csi-drivers")
+    cluster = registration(monitor, "ai-storage-rook-ceph-cluster")
+    assert operator in drivers.dependencies
+    assert {operator, drivers.urn} <= set(cluster.dependencies)
+    for kind in ("CephBlockPool", "CephFilesystem"):
+        for r in monitor.registrations:
+            if r.inputs.get("kind") == kind:
+                assert {operator, cluster.urn} <= set(r.dependencies), r.name
+
+
+def test_csi_drivers_get_rooks_recommended_values():
+    recommended = yaml.safe_load(RECOMMENDED.read_text())
+    assert rook_ceph.csi_drivers_values(RookCephSettings()) == recommended
+
+
+def test_csi_driver_names_follow_the_operator_namespace():
+    values = rook_ceph.csi_drivers_values(RookCephSettings(namespace="storage"))
+    assert values["operatorConfig"]["namespace"] == "storage"
+    assert values["drivers"]["cephfs"]["name"] == "storage.cephfs.csi.ceph.com"
+
+
+def test_ceph_never_uses_all_devices(render_stack):
+    for overrides in ({}, {"storage": {"nodes": [{"name": "node-a", "devices": ["sdb", "sdc"]}]}}):
+        result, _ = render_stack("dev", rookCeph=overrides)
+        storage = crs(result, "CephCluster")[0]["spec"]["storage"]
+        assert storage["useAllDevices"] is False
+
+
+def test_per_node_device_lists_replace_the_filter(render_stack):
+    nodes = [{"name": "node-a", "devices": ["sdb", "/dev/disk/by-id/wwn-0x5000"]}]
+    result, _ = render_stack("dev", rookCeph={"storage": {"nodes": nodes}})
+    storage = crs(result, "CephCluster")[0]["spec"]["storage"]
+    assert storage["useAllNodes"] is False
+    assert "deviceFilter" not in storage
+    assert storage["nodes"] == [
+        {"name": "node-a", "devices": [{"name": "sdb"}, {"name": "/dev/disk/by-id/wwn-0x5000"}]}
+    ]
+
+
+def test_prod_ceph_is_three_copies_two_to_write_across_hosts_with_three_mons(render_stack):
+    result, monitor = render_stack("prod")
+    cluster = crs(result, "CephCluster")[0]["spec"]
+    assert cluster["mon"]["count"] == 3
+    assert cluster["cleanupPolicy"]["confirmation"] == ""
+    pools = [o["spec"] for o in crs(result, "CephBlockPool")]
+    for fs in crs(result, "CephFilesystem"):
+        pools += [fs["spec"]["metadataPool"], *fs["spec"]["dataPools"]]
+    assert len(pools) == 5
+    for pool in pools:
+        assert pool["replicated"] == {"size": 3, "requireSafeReplicaSize": True}
+        assert pool["parameters"] == {"min_size": "2"}
+        assert pool["failureDomain"] == "host"
+    for r in monitor.registrations:
+        if r.inputs.get("apiVersion") == "ceph.rook.io/v1":
+            assert r.protect and r.retain_on_delete, r.name
+
+
+def test_dev_runs_a_single_node_ceph_it_opted_into(render_stack):
+    result, _ = render_stack("dev")
+    cluster = crs(result, "CephCluster")[0]["spec"]
+    assert cluster["mon"]["count"] == 1
+    pool = crs(result, "CephBlockPool")[0]["spec"]
+    assert pool["replicated"] == {"size": 1, "requireSafeReplicaSize": False}
+    assert load_settings("dev", {}).rook_ceph.accept_data_loss_risk is True
+
+
+def test_warm_and_checkpoint_are_separate_filesystems_with_csi_groups(render_stack):
+    result, _ = render_stack("dev")
+    names = sorted(o["metadata"]["name"] for o in crs(result, "CephFilesystem"))
+    assert names == ["ai-checkpoint", "ai-warm"]
+    for fs in crs(result, "CephFilesystem"):
+        assert fs["spec"]["preserveFilesystemOnDelete"] is True
+        assert fs["spec"]["dataPools"][0]["name"] == "data"
+    groups = {o["spec"]["filesystemName"]: o["spec"]["name"] for o in crs(result, "CephFilesystemSubVolumeGroup")}
+    assert groups == {"ai-warm": "csi", "ai-checkpoint": "csi"}
+
+
+def test_namespace_is_privileged_for_osds_mons_and_csi_node_plugins(render_stack):
+    result, _ = render_stack("dev")
+    ns = by_name(result, "Namespace", "rook-ceph")
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+
+
+def test_rgw_object_store_is_built_only_for_the_ceph_rgw_backend(render_stack):
+    result, _ = render_stack("dev")
+    assert crs(result, "CephObjectStore") == []
+    result, _ = render_stack("dev", objectStore={"backend": "ceph-rgw"})
+    store = crs(result, "CephObjectStore")[0]
+    assert store["metadata"]["name"] == "ai-objects"
+    assert store["spec"]["gateway"]["port"] == 80
+
+
+# -- durability rules: (overrides, key in the message, words naming the risk, opt-in key)
+RISKY = [
+    ({"replicaSize": 2, "minSize": 2}, "rookCeph.replicaSize", "lose data", {"acceptDataLossRisk": True}),
+    ({"minSize": 1}, "rookCeph.minSize", "lost if that disk fails", {"acceptDataLossRisk": True}),
+    ({"monCount": 1}, "rookCeph.monCount", "single point of failure", {"acceptDataLossRisk": True}),
+    ({"monCount": 4}, "rookCeph.monCount", "no quorum", {"allowEvenMonCount": True}),
+    ({"failureDomain": "osd"}, "rookCeph.failureDomain", "one host", {"acceptDataLossRisk": True}),
+    (
+        {"cleanupPolicy": {"confirmation": "yes-really-destroy-data"}},
+        "rookCeph.cleanupPolicy.confirmation",
+        "wipes Ceph data",
+        {"acceptDataDestructionOnDelete": True},
+    ),
+    (
+        {"cleanupPolicy": {"allowUninstallWithVolumes": True}},
+        "rookCeph.cleanupPolicy.allowUninstallWithVolumes",
+        "wipes Ceph data",
+        {"acceptDataDestructionOnDelete": True},
+    ),
+    (
+        {"cleanupPolicy": {"wipeDevicesFromOtherClusters": True}},
+        "rookCeph.cleanupPolicy.wipeDevicesFromOtherClusters",
+        "wipes Ceph data",
+        {"acceptDataDestructionOnDelete": True},
+    ),
+]
+
+
+@pytest.mark.parametrize(("risky", "key", "risk", "opt_in"), RISKY, ids=[k.split(".", 1)[1] for _, k, _, _ in RISKY])
+def test_risky_ceph_settings_are_rejected_naming_key_risk_and_opt_in(risky, key, risk, opt_in):
+    with pytest.raises(SettingsError) as caught:
+        load_settings("prod", {"rookCeph": risky})
+    message = str(caught.value)
+    assert f"{key}:" in message
+    assert risk in message
+    opt_in_key = next(iter(opt_in))
+    assert f"rookCeph.{opt_in_key}: true" in message
+    settings = load_settings("prod", {"rookCeph": {**risky, **opt_in}})
+    assert settings.rook_ceph.enabled
+
+
+def test_min_size_above_size_is_rejected_even_with_opt_in():
+    with pytest.raises(SettingsError) as caught:
+        load_settings("prod", {"rookCeph": {"minSize": 4, "acceptDataLossRisk": True}})
+    assert "rookCeph.minSize: expected at most replicaSize (3)" in str(caught.value)
+
+
+def test_dev_without_its_opt_in_is_rejected():
+    with pytest.raises(SettingsError) as caught:
+        load_settings("dev", {"rookCeph": {"acceptDataLossRisk": False}})
+    message = str(caught.value)
+    assert "rookCeph.replicaSize:" in message and "rookCeph.minSize:" in message and "rookCeph.monCount:" in message
+
+
+def test_a_device_filter_that_reaches_nvme_is_rejected_while_topolvm_is_on():
+    with pytest.raises(SettingsError) as caught:
+        load_settings("prod", {"rookCeph": {"storage": {"deviceFilter": "^(sd|nvme)"}}})
+    assert "rookCeph.storage.deviceFilter: expected a filter that matches no NVMe device" in str(caught.value)
+    settings = load_settings(
+        "prod",
+        {"rookCeph": {"storage": {"deviceFilter": "^nvme"}}, "localNvme": {"enabled": False}, "tiers": {"hot": "none"}},
+    )
+    assert settings.rook_ceph.storage.device_filter == "^nvme"
+
+
+def test_no_devices_at_all_is_rejected():
+    with pytest.raises(SettingsError) as caught:
+        load_settings("prod", {"rookCeph": {"storage": {"deviceFilter": None}}})
+    assert "rookCeph.storage: expected a deviceFilter or a per-node device list" in str(caught.value)
+
+
+def test_bad_regex_and_ceph_rgw_without_rook_are_rejected():
+    with pytest.raises(SettingsError) as caught:
+        load_settings("prod", {"rookCeph": {"storage": {"deviceFilter": "sd[b-"}}})
+    assert "rookCeph.storage.deviceFilter: expected a regular expression" in str(caught.value)
+    with pytest.raises(SettingsError) as caught:
+        load_settings(
+            "dev",
+            {
+                "rookCeph": {"enabled": False},
+                "objectStore": {"backend": "ceph-rgw"},
+                "tiers": {"warm": "none", "checkpoint": "none"},
+            },
+        )
+    assert "objectStore.backend: expected minio or s3 when rookCeph is disabled" in str(caught.value)
+
+
+def test_cli_rejects_an_even_mon_count_with_exit_2(tmp_path, capsys):
+    path = tmp_path / "Pulumi.dev.yaml"
+    path.write_text(yaml.safe_dump({"config": {"ai-storage-platform:rookCeph": {"monCount": 2}}}))
+    assert main(["render", "--stack", "dev", "--config-file", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "rookCeph.monCount: expected an odd number of monitors; got 2" in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_prod_and_staging_profiles_are_durable_without_any_opt_in():
+    for stack in ("prod", "staging"):
+        ceph = load_settings(stack, {}).rook_ceph
+        assert (ceph.replica_size, ceph.min_size, ceph.failure_domain, ceph.mon_count) == (3, 2, "host", 3)
+        assert not (ceph.accept_data_loss_risk or ceph.allow_even_mon_count or ceph.accept_data_destruction_on_delete)
