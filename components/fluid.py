@@ -55,15 +55,9 @@ class CacheLevel(Section):
         return value
 
 
-class DatasetSettings(Section):
-    """One Fluid dataset, its cache runtime and its pre-warm."""
+class DatasetCache(Section):
+    """Where a Fluid dataset lives and how it is cached and pre-warmed."""
 
-    name: DnsLabel
-    """Dataset name; also the name of the PVC pods mount."""
-    namespace: DnsLabel = "training"
-    """Namespace of the dataset, its runtime pods and its PVC (where the training pods run)."""
-    runtime: Literal["juicefs", "alluxio"] = "juicefs"
-    """JuiceFSRuntime over the platform's JuiceFS volume, or AlluxioRuntime over the object store bucket."""
     path: str = Field("/", pattern=r"^/[^\s]*$")
     """Directory of the dataset in the JuiceFS volume or the bucket."""
     replicas: int = Field(1, ge=1, le=1024)
@@ -74,6 +68,17 @@ class DatasetSettings(Section):
     """Load the dataset into the cache once it is bound (DataLoad)."""
     prewarm_paths: list[str] = ["/"]
     """Directories of the dataset to pre-warm."""
+
+
+class DatasetSettings(DatasetCache):
+    """One Fluid dataset, its cache runtime and its pre-warm."""
+
+    name: DnsLabel
+    """Dataset name; also the name of the PVC pods mount."""
+    namespace: DnsLabel = "training"
+    """Namespace of the dataset, its runtime pods and its PVC (where the training pods run)."""
+    runtime: Literal["juicefs", "alluxio"] = "juicefs"
+    """JuiceFSRuntime over the platform's JuiceFS volume, or AlluxioRuntime over the object store bucket."""
 
 
 class FluidSettings(Section):
@@ -186,6 +191,74 @@ class BucketSource:
     secret_key: pulumi.Input[str]
 
 
+def credentials(
+    resource_name: str,
+    runtime: str,
+    namespace: pulumi.Input[str],
+    source: JuiceFSSource | BucketSource,
+    opts: pulumi.ResourceOptions,
+) -> k8s.core.v1.Secret:
+    """The Secret the datasets of one namespace and runtime read their credentials from."""
+    data: dict[str, pulumi.Input[str]] = {"access-key": source.access_key, "secret-key": source.secret_key}
+    if isinstance(source, JuiceFSSource):
+        data["metaurl"] = source.metaurl
+    return k8s.core.v1.Secret(
+        resource_name,
+        metadata={
+            "name": f"{CREDENTIALS_SECRET}-{runtime}",
+            "namespace": namespace,
+            "labels": kube.labels("fluid", "credentials"),
+        },
+        type="Opaque",
+        string_data={k: pulumi.Output.secret(v) for k, v in data.items()},
+        opts=opts,
+    )
+
+
+def dataset(
+    name: str,
+    suffix: str,
+    d: DatasetSettings,
+    namespace: pulumi.Input[str],
+    secret: pulumi.Input[str],
+    source: JuiceFSSource | BucketSource,
+    opts: pulumi.ResourceOptions,
+) -> k8s.apiextensions.CustomResource:
+    """A Dataset (``<name>-dataset-<suffix>``), its runtime and, when pre-warmed, its DataLoad.
+    ``opts`` carries the parent, and the fluid release when Fluid is installed too."""
+    dataset = k8s.apiextensions.CustomResource(
+        f"{name}-dataset-{suffix}",
+        api_version=API,
+        kind="Dataset",
+        metadata={"name": d.name, "namespace": namespace, "labels": kube.labels("fluid", "dataset")},
+        spec=dataset_spec(d, secret, source),
+        opts=opts,
+    )
+    runtime = k8s.apiextensions.CustomResource(
+        f"{name}-runtime-{suffix}",
+        api_version=API,
+        kind=RUNTIME_KIND[d.runtime],
+        # A runtime binds to the Dataset of the same name and namespace.
+        metadata={"name": d.name, "namespace": namespace, "labels": kube.labels("fluid", "runtime")},
+        spec={"replicas": d.replicas, "tieredstore": cache_spec(d.cache)},
+        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[dataset])),
+    )
+    if d.prewarm:
+        k8s.apiextensions.CustomResource(
+            f"{name}-dataload-{suffix}",
+            api_version=API,
+            kind="DataLoad",
+            metadata={"name": f"{d.name}-prewarm", "namespace": namespace, "labels": kube.labels("fluid", "dataload")},
+            spec={
+                "dataset": {"name": d.name, "namespace": d.namespace},
+                "loadMetadata": True,
+                "target": [{"path": p} for p in d.prewarm_paths],
+            },
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[dataset, runtime])),
+        )
+    return dataset
+
+
 @dataclass
 class FluidArgs:
     """Inputs of Fluid."""
@@ -235,60 +308,16 @@ class Fluid(pulumi.ComponentResource):
             assert source is not None, "settings checks reject a JuiceFS dataset without JuiceFS"
             key = (d.namespace, d.runtime)
             if key not in secrets:
-                secrets[key] = self._credentials(name, d, dns, source)
-            secret = secrets[key]
-            dataset = k8s.apiextensions.CustomResource(
-                f"{name}-dataset-{d.namespace}-{d.name}",
-                api_version=API,
-                kind="Dataset",
-                metadata={"name": d.name, "namespace": dns.metadata.name, "labels": kube.labels("fluid", "dataset")},
-                spec=dataset_spec(d, secret.metadata.name, source),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[release]),
-            )
-            runtime = k8s.apiextensions.CustomResource(
-                f"{name}-runtime-{d.namespace}-{d.name}",
-                api_version=API,
-                kind=RUNTIME_KIND[d.runtime],
-                # A runtime binds to the Dataset of the same name and namespace.
-                metadata={"name": d.name, "namespace": dns.metadata.name, "labels": kube.labels("fluid", "runtime")},
-                spec={"replicas": d.replicas, "tieredstore": cache_spec(d.cache)},
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[release, dataset]),
-            )
-            if d.prewarm:
-                k8s.apiextensions.CustomResource(
-                    f"{name}-dataload-{d.namespace}-{d.name}",
-                    api_version=API,
-                    kind="DataLoad",
-                    metadata={
-                        "name": f"{d.name}-prewarm",
-                        "namespace": dns.metadata.name,
-                        "labels": kube.labels("fluid", "dataload"),
-                    },
-                    spec={
-                        "dataset": {"name": d.name, "namespace": d.namespace},
-                        "loadMetadata": True,
-                        "target": [{"path": p} for p in d.prewarm_paths],
-                    },
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=[release, dataset, runtime]),
+                secrets[key] = credentials(
+                    f"{name}-credentials-{d.namespace}-{d.runtime}",
+                    d.runtime,
+                    dns.metadata.name,
+                    source,
+                    pulumi.ResourceOptions(parent=self),
                 )
-            self.datasets.append(dataset.metadata["name"])
+            secret = secrets[key]
+            after_release = pulumi.ResourceOptions(parent=self, depends_on=[release])
+            suffix = f"{d.namespace}-{d.name}"
+            ds = dataset(name, suffix, d, dns.metadata.name, secret.metadata.name, source, after_release)
+            self.datasets.append(ds.metadata["name"])
         self.register_outputs({"datasets": self.datasets})
-
-    def _credentials(
-        self, name: str, d: DatasetSettings, ns: k8s.core.v1.Namespace, source: JuiceFSSource | BucketSource
-    ) -> k8s.core.v1.Secret:
-        """The Secret the datasets of one namespace and runtime read their credentials from."""
-        data: dict[str, pulumi.Input[str]] = {"access-key": source.access_key, "secret-key": source.secret_key}
-        if isinstance(source, JuiceFSSource):
-            data["metaurl"] = source.metaurl
-        return k8s.core.v1.Secret(
-            f"{name}-credentials-{d.namespace}-{d.runtime}",
-            metadata={
-                "name": f"{CREDENTIALS_SECRET}-{d.runtime}",
-                "namespace": ns.metadata.name,
-                "labels": kube.labels("fluid", "credentials"),
-            },
-            type="Opaque",
-            string_data={k: pulumi.Output.secret(v) for k, v in data.items()},
-            opts=pulumi.ResourceOptions(parent=self),
-        )

@@ -31,6 +31,10 @@ from .volcano import QUEUE_ANNOTATION, SCHEDULER_NAME
 
 DATA_PATH = "/data"
 CHECKPOINT_PATH = "/checkpoints"
+DATA_VOLUME = "data"
+CHECKPOINT_VOLUME = "checkpoints"
+NODE = "node"
+"""Name of the trainer's replicated job and of its container (Trainer v2's `node`)."""
 V1_NAMESPACE = "kubeflow"
 """Namespace the v1 overlay `standalone` installs into (fixed by the overlay)."""
 V1_DEPLOYMENT = "training-operator"
@@ -93,29 +97,53 @@ def chart_values() -> dict[str, Any]:
     }
 
 
+def claim_volumes(dataset_claim: str, checkpoint_claim: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The trainer container's mounts and the pod's volumes: the dataset claim read-only at ``/data``, the
+    checkpoint claim at ``/checkpoints``."""
+    mounts = [
+        {"name": DATA_VOLUME, "mountPath": DATA_PATH, "readOnly": True},
+        {"name": CHECKPOINT_VOLUME, "mountPath": CHECKPOINT_PATH},
+    ]
+    volumes = [
+        {"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": dataset_claim, "readOnly": True}},
+        {"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": checkpoint_claim}},
+    ]
+    return mounts, volumes
+
+
+def checkpoint_claim(
+    resource_name: str,
+    name: str,
+    namespace: pulumi.Input[str],
+    storage_class: pulumi.Input[str],
+    size: str,
+    opts: pulumi.ResourceOptions,
+) -> k8s.core.v1.PersistentVolumeClaim:
+    """A ReadWriteMany claim on the checkpoint tier, for sharded saves from every training node."""
+    return k8s.core.v1.PersistentVolumeClaim(
+        resource_name,
+        metadata={"name": name, "namespace": namespace, "labels": kube.labels("training", "checkpoints")},
+        spec={
+            "accessModes": ["ReadWriteMany"],
+            "storageClassName": storage_class,
+            "resources": {"requests": {"storage": size}},
+        },
+        opts=opts,
+    )
+
+
 def runtime_spec(
     runtime: RuntimeSettings, checkpoint_claim: str, pod_labels: dict[str, str] | None = None
 ) -> dict[str, Any]:
     """The ``spec`` of a ClusterTrainingRuntime wired to Volcano, with the /data and /checkpoints mounts."""
     queue = {QUEUE_ANNOTATION: runtime.queue}
+    mounts, volumes = claim_volumes(runtime.dataset_claim, checkpoint_claim)
     pod = {
         "metadata": {"annotations": queue, **({"labels": pod_labels} if pod_labels else {})},
         "spec": {
             "schedulerName": SCHEDULER_NAME,
-            "containers": [
-                {
-                    "name": "node",
-                    "image": runtime.image,
-                    "volumeMounts": [
-                        {"name": "data", "mountPath": DATA_PATH, "readOnly": True},
-                        {"name": "checkpoints", "mountPath": CHECKPOINT_PATH},
-                    ],
-                }
-            ],
-            "volumes": [
-                {"name": "data", "persistentVolumeClaim": {"claimName": runtime.dataset_claim, "readOnly": True}},
-                {"name": "checkpoints", "persistentVolumeClaim": {"claimName": checkpoint_claim}},
-            ],
+            "containers": [{"name": NODE, "image": runtime.image, "volumeMounts": mounts}],
+            "volumes": volumes,
         },
     }
     return {
@@ -126,7 +154,7 @@ def runtime_spec(
             "spec": {
                 "replicatedJobs": [
                     {
-                        "name": "node",
+                        "name": NODE,
                         "template": {
                             "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
                             "spec": {"template": pod},
@@ -203,19 +231,13 @@ class Training(pulumi.ComponentResource):
         workloads = args.workload_namespace or kube.namespace(
             f"{name}-workloads-ns", s.workload_namespace, "baseline", self
         )
-        claim = k8s.core.v1.PersistentVolumeClaim(
+        claim = checkpoint_claim(
             f"{name}-checkpoints",
-            metadata={
-                "name": s.checkpoint_claim,
-                "namespace": workloads.metadata.name,
-                "labels": kube.labels("training", "checkpoints"),
-            },
-            spec={
-                "accessModes": ["ReadWriteMany"],
-                "storageClassName": args.checkpoint_class,
-                "resources": {"requests": {"storage": s.checkpoint_size}},
-            },
-            opts=kube.stateful(self, args.protect),
+            s.checkpoint_claim,
+            workloads.metadata.name,
+            args.checkpoint_class,
+            s.checkpoint_size,
+            kube.stateful(self, args.protect),
         )
         self.checkpoint_claim = claim.metadata.name
         self.runtimes = []

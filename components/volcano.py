@@ -118,6 +118,20 @@ def queue_spec(queue: QueueSettings) -> dict[str, object]:
     return spec
 
 
+def queue(
+    resource_name: str, settings: QueueSettings, opts: pulumi.ResourceOptions
+) -> k8s.apiextensions.CustomResource:
+    """A Queue as the settings say (``opts`` carries the parent, and the release when Volcano is installed too)."""
+    return k8s.apiextensions.CustomResource(
+        resource_name,
+        api_version="scheduling.volcano.sh/v1beta1",
+        kind="Queue",
+        metadata={"name": settings.name, "labels": kube.labels("volcano", "queue")},
+        spec=queue_spec(settings),
+        opts=opts,
+    )
+
+
 @dataclass
 class VolcanoArgs:
     """Inputs of Volcano."""
@@ -153,15 +167,6 @@ class Volcano(pulumi.ComponentResource):
             timeout=600,
             opts=pulumi.ResourceOptions(parent=self),
         )
-        self.queues = []
-        for queue in s.queues:
-            cr = k8s.apiextensions.CustomResource(
-                f"{name}-queue-{queue.name}",
-                api_version="scheduling.volcano.sh/v1beta1",
-                kind="Queue",
-                metadata={"name": queue.name, "labels": kube.labels("volcano", "queue")},
-                spec=queue_spec(queue),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.release]),
-            )
-            self.queues.append(cr.metadata["name"])
+        after_release = pulumi.ResourceOptions(parent=self, depends_on=[self.release])
+        self.queues = [queue(f"{name}-queue-{q.name}", q, after_release).metadata["name"] for q in s.queues]
         self.register_outputs({"queues": self.queues})
