@@ -6,7 +6,23 @@ import argparse
 import sys
 from pathlib import Path
 
-from .settings import SettingsError
+import pulumi
+
+
+def config_reference() -> str:
+    """docs/config.md: the platform's keys, then a team workspace's."""
+    from .platform import PlatformSettings
+    from .settings import reference
+    from .team import TeamSettings
+
+    team = (
+        "Team workspace (`ai_storage_platform.team`)",
+        "Keys of a team's own Pulumi project that uses the library on a cluster running the platform (see\n"
+        "`examples/team-training`), set as `<project>:<key>` (e.g. `team-training:namespace`) and read by\n"
+        "`load_team_settings(stack_config())`.",
+        TeamSettings,
+    )
+    return reference(PlatformSettings, team)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,10 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "docs":
-        from .platform import PlatformSettings
-        from .settings import reference
-
-        args.out.write_text(reference(PlatformSettings))
+        args.out.write_text(config_reference())
         print(f"wrote {args.out}")
         return 0
 
@@ -35,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         root = (args.project_dir or render.ROOT).resolve()
         result = render.rendering(args.stack, render.run(args.stack, args.config_file, root))
-    except SettingsError as exc:
+    except pulumi.RunError as exc:  # a SettingsError, from whichever copy of the library the program imports
         print(f"error: {exc}", file=sys.stderr)
         return 2
     out_dir = args.out or root / "build" / args.stack

@@ -203,14 +203,15 @@ def is_kubernetes_object(reg: Registration) -> bool:
 
 
 def component_of(reg: Registration, by_urn: dict[str, Registration]) -> str:
-    """The platform component a resource belongs to (its ancestor just below the Platform)."""
+    """The component a resource belongs to: its ancestor just below the Platform, or else its top-level
+    component (a program that uses the library without the Platform); ``stack`` for neither."""
     current = reg
     while current.parent in by_urn:
         parent = by_urn[current.parent]
         if parent.type == "ai-storage:platform:Platform":
             return current.name.removeprefix(parent.name + "-")
         current = parent
-    return "stack"
+    return current.name if current is not reg and current.type.startswith("ai-storage:") else "stack"
 
 
 def ordered(regs: list[Registration]) -> list[Registration]:

@@ -267,8 +267,9 @@ def _type_text(annotation: Any) -> str:
     return re.sub(r"<class '(\w+)'>", r"\1", text).replace("|", "or")
 
 
-def reference(model: type[BaseModel]) -> str:
-    """The config reference (Markdown table) of every key the model accepts."""
+def reference(model: type[BaseModel], *sections: tuple[str, str, type[BaseModel]]) -> str:
+    """The config reference (Markdown tables) of every key the model accepts, then of each further
+    (title, introduction, model) section."""
     lines = [
         "# Configuration reference",
         "",
@@ -277,9 +278,15 @@ def reference(model: type[BaseModel]) -> str:
         "`pulumi config set --path 'ai-storage-platform:objectStore.backend' s3`); the stack's profile in",
         "`stacks/` supplies the rest, and code defaults (below) anything neither sets.",
         "",
-        "| key | type | default | what it does |",
-        "|---|---|---|---|",
+        *_key_table(model),
     ]
+    for title, intro, extra in sections:
+        lines += ["", f"## {title}", "", intro, "", *_key_table(extra)]
+    return "\n".join(lines) + "\n"
+
+
+def _key_table(model: type[BaseModel]) -> list[str]:
+    lines = ["| key | type | default | what it does |", "|---|---|---|---|"]
     for key, info, default in leaf_keys(model):
         if isinstance(default, BaseModel):
             default = default.model_dump(by_alias=True)
@@ -287,4 +294,4 @@ def reference(model: type[BaseModel]) -> str:
             default = [d.model_dump(by_alias=True) if isinstance(d, BaseModel) else d for d in default]
         text = json.dumps(default, default=str).replace("|", "\\|")
         lines.append(f"| `{key}` | {_type_text(info.annotation)} | `{text}` | {info.description or ''} |")
-    return "\n".join(lines) + "\n"
+    return lines

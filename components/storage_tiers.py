@@ -20,6 +20,8 @@ Tier = Literal["hot", "warm", "cold", "checkpoint"]
 TIERS: tuple[Tier, ...] = ("hot", "warm", "cold", "checkpoint")
 Backend = Literal["topolvm", "cephfs", "juicefs", "none"]
 
+NAME_PREFIX = r"^([a-z0-9][-a-z0-9]{0,30}-)?$"
+"""A StorageClass name prefix ending in '-', or empty."""
 RECLAIM: dict[str, str] = {"hot": "Delete", "warm": "Delete", "cold": "Retain", "checkpoint": "Retain"}
 """Reclaim policy per tier: the durable tiers (cold, checkpoint) keep their data when a claim goes."""
 
@@ -27,7 +29,7 @@ RECLAIM: dict[str, str] = {"hot": "Delete", "warm": "Delete", "cold": "Retain", 
 class TiersSettings(Section):
     """Which backend serves each tier, and how the StorageClasses are named."""
 
-    name_prefix: str = Field("", pattern=r"^([a-z0-9][-a-z0-9]{0,30}-)?$")
+    name_prefix: str = Field("", pattern=NAME_PREFIX)
     """Prefix of every tier StorageClass name, ending in '-' (e.g. `ai-` gives `ai-hot`); empty for none."""
     hot: Backend = "topolvm"
     """Backend of the hot tier (node-local NVMe working set)."""

@@ -11,19 +11,19 @@ import pytest
 import yaml
 
 from components import render
-from components.settings import PROJECT
 
 Render = Callable[..., tuple[render.Rendering, render.RecordingMonitor]]
 
 
-def stack_file(tmp: Path, stack: str, overrides: dict[str, Any]) -> Path:
-    """A copy of ``Pulumi.<stack>.yaml`` with ``overrides`` (section -> value) deep-merged into its config."""
+def stack_file(tmp: Path, stack: str, overrides: dict[str, Any], root: Path = render.ROOT) -> Path:
+    """A copy of ``root/Pulumi.<stack>.yaml`` with ``overrides`` (section -> value) deep-merged into its config."""
     from components.settings import merge
 
-    data = yaml.safe_load((render.ROOT / f"Pulumi.{stack}.yaml").read_text()) or {}
+    project = render.project_name(root)
+    data = yaml.safe_load((root / f"Pulumi.{stack}.yaml").read_text()) or {}
     config = data.setdefault("config", {})
     for key, value in overrides.items():
-        full = f"{PROJECT}:{key}"
+        full = f"{project}:{key}"
         current = config.get(full)
         config[full] = merge(current, value) if isinstance(current, dict) and isinstance(value, dict) else value
     path = tmp / f"Pulumi.{stack}.yaml"

@@ -1,14 +1,18 @@
-"""Every config key is documented, listed in docs/config.md, and rejects a value of the wrong shape."""
+"""Every config key (the platform's and a team workspace's) is documented, listed in docs/config.md, and
+rejects a value of the wrong shape."""
 
 from __future__ import annotations
 
 import pytest
 
+from components.__main__ import config_reference
 from components.platform import PlatformSettings, load_settings
 from components.render import ROOT
-from components.settings import SettingsError, leaf_keys, reference
+from components.settings import SettingsError, leaf_keys
+from components.team import TeamSettings, load_team_settings
 
 KEYS = [key for key, _, _ in leaf_keys(PlatformSettings)]
+TEAM_KEYS = [key for key, _, _ in leaf_keys(TeamSettings)]
 WRONG_SHAPE = {"unexpected": ["mapping"]}
 
 
@@ -18,14 +22,16 @@ def nested(key: str, value: object) -> dict:
 
 
 def test_docs_config_md_is_current():
-    assert (ROOT / "docs" / "config.md").read_text() == reference(PlatformSettings), (
+    assert (ROOT / "docs" / "config.md").read_text() == config_reference(), (
         "run: python -m components docs"
     )
 
 
-@pytest.mark.parametrize("key", KEYS)
-def test_every_key_has_a_line_of_docs(key):
-    info = dict((k, i) for k, i, _ in leaf_keys(PlatformSettings))[key]
+@pytest.mark.parametrize(
+    ("model", "key"), [(PlatformSettings, k) for k in KEYS] + [(TeamSettings, k) for k in TEAM_KEYS]
+)
+def test_every_key_has_a_line_of_docs(model, key):
+    info = dict((k, i) for k, i, _ in leaf_keys(model))[key]
     assert info.description and len(info.description) > 10
 
 
@@ -33,4 +39,11 @@ def test_every_key_has_a_line_of_docs(key):
 def test_every_key_rejects_a_value_of_the_wrong_shape(key):
     with pytest.raises(SettingsError) as caught:
         load_settings("dev", nested(key, WRONG_SHAPE))
+    assert f"  - {key}" in str(caught.value)
+
+
+@pytest.mark.parametrize("key", TEAM_KEYS)
+def test_every_team_key_rejects_a_value_of_the_wrong_shape(key):
+    with pytest.raises(SettingsError) as caught:
+        load_team_settings(nested(key, WRONG_SHAPE))
     assert f"  - {key}" in str(caught.value)
