@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from components.__main__ import main
-from components.platform import load_settings
-from components.render import ROOT
-from components.settings import SettingsError
+from components.platform import PlatformSettings, load_settings
+from components.render import ROOT, stack_file_config
+from components.settings import PROJECT, SettingsError, decode, leaf_keys
 
 BAD_VALUES = [
     # (config overrides, key path in the message, expectation text)
@@ -100,3 +100,50 @@ def test_cli_error_has_no_traceback(tmp_path):
 
 def test_unknown_stack_is_rejected():
     assert main(["render", "--stack", "nope"]) == 2
+
+
+STACKS = ("dev", "staging", "prod")
+
+
+def stack_values(stack: str) -> dict[str, object]:
+    """Every leaf setting of a stack as its files give it, by camelCase key path."""
+    config, _ = stack_file_config(ROOT / f"Pulumi.{stack}.yaml")
+    ours = {k.split(":", 1)[1]: decode(v) for k, v in config.items() if k.startswith(f"{PROJECT}:")}
+    return {key: value for key, _, value in leaf_keys(PlatformSettings, defaults=load_settings(stack, ours))}
+
+
+def cell(value: object) -> str:
+    """A setting as the README table shows it."""
+    if isinstance(value, list):
+        return ", ".join(f"`{v.name}`" for v in value) or "none"  # type: ignore[attr-defined]
+    return f"`{str(value).lower() if isinstance(value, bool) else value}`"
+
+
+def readme_environment_rows() -> dict[str, list[str]]:
+    text = (ROOT / "README.md").read_text().split("### What differs per environment and why", 1)[1]
+    rows = {}
+    for line in text.split("\n## ", 1)[0].splitlines():
+        if not line.startswith("| `"):
+            continue
+        key, *cells, why = [c.strip() for c in line.strip("|").split(" | ")]
+        assert len(cells) == len(STACKS) and why, line
+        rows[key.strip("`")] = cells
+    return rows
+
+
+def test_readme_environment_table_matches_the_stack_files():
+    rows = readme_environment_rows()
+    values = {stack: stack_values(stack) for stack in STACKS}
+    for key, cells in rows.items():
+        if key.endswith(".*"):
+            # A group of keys: the cells point at the profiles that set them.
+            assert cells == [f"[{s}](stacks/{s}.yaml)" for s in STACKS], key
+            assert any(k.startswith(key[:-1]) for k in values["dev"]), key
+        else:
+            assert cells == [cell(values[s][key]) for s in STACKS], key
+    differing = {k for k in values["dev"] if len({repr(values[s][k]) for s in STACKS}) > 1}
+    groups = tuple(k[:-1] for k in rows if k.endswith(".*"))
+    missing = sorted(k for k in differing if k not in rows and not k.startswith(groups))
+    assert not missing, f"keys that differ between stacks but are not in the README table: {missing}"
+    same = sorted(k for k in rows if not k.endswith(".*") and k not in differing)
+    assert not same, f"README rows whose value is the same in every stack: {same}"
