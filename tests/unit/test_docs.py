@@ -56,7 +56,7 @@ def test_relative_links_resolve(doc):
 
 def test_runbook_and_review_cover_their_topics():
     runbook = (DOCS / "runbook.md").read_text()
-    topics = ("versions.py", "crd-upgrade", "ceph-csi-drivers", "meta-backups/", "juicefs load", "juicefs config")
+    topics = ("versions.py", "crdUpgrade", "ceph-csi-drivers", "meta-backups/", "juicefs load", "juicefs config")
     for topic in (*topics, "juicefs fsck", "keepers", "volcano.queues", "fluid.datasets"):
         assert topic in runbook, topic
     review = (DOCS / "review.md").read_text()
