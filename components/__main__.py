@@ -26,7 +26,8 @@ def config_reference() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Render a stack offline; exit 0, or 2 with one clear message when its settings are invalid."""
+    """Render a stack offline; exit 0, or 2 with one clear message when its settings are invalid (a
+    ``pulumi.RunError``: the SettingsError of whichever copy of the library the program imports)."""
     parser = argparse.ArgumentParser(prog="python -m components", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     render_cmd = commands.add_parser("render", help="render a stack offline under Pulumi's mock engine")
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         root = (args.project_dir or render.ROOT).resolve()
         result = render.rendering(args.stack, render.run(args.stack, args.config_file, root))
-    except pulumi.RunError as exc:  # a SettingsError, from whichever copy of the library the program imports
+    except pulumi.RunError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     out_dir = args.out or root / "build" / args.stack
