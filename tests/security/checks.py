@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from pulumi.runtime.mocks import MockResourceArgs
 
 from components import render, versions
+from policy.rules import FLOATING, image_problem, pin_problems, walk
 
 # ---------------------------------------------------------------- helpers
 
@@ -24,17 +25,6 @@ def label(obj: Mapping[str, Any]) -> str:
     """``Kind/namespace/name`` of a Kubernetes object, for messages."""
     meta = obj.get("metadata") or {}
     return "/".join(p for p in (obj.get("kind", "?"), meta.get("namespace"), meta.get("name", "?")) if p)
-
-
-def walk(value: Any, path: str = "") -> Iterator[tuple[str, str, Any]]:
-    """Every (path, key, value) of a nested mapping/list."""
-    if isinstance(value, Mapping):
-        for key, sub in value.items():
-            yield f"{path}.{key}", str(key), sub
-            yield from walk(sub, f"{path}.{key}")
-    elif isinstance(value, list):
-        for i, sub in enumerate(value):
-            yield from walk(sub, f"{path}[{i}]")
 
 
 # ---------------------------------------------------------------- checkov
@@ -159,35 +149,12 @@ def stack_file_problems(name: str, data: Mapping[str, Any]) -> list[str]:
 
 # ---------------------------------------------------------------- pins
 
-_DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
-_FLOATING = re.compile(r"(?i)^(latest|stable|main|master|edge|nightly)$")
 _RANGE = re.compile(r"[\^~*<>x|, ]|^$")
-
-
-def image_problem(image: str) -> str | None:
-    """Why ``image`` is not pinned to a fixed tag or digest, or None."""
-    if _DIGEST.search(image):
-        return None
-    last = image.rsplit("/", 1)[-1]
-    if ":" not in last:
-        return f"{image!r} has no tag"
-    tag = last.rsplit(":", 1)[1]
-    return f"{image!r} uses the floating tag {tag!r}" if _FLOATING.match(tag) else None
 
 
 def image_problems(where: str, value: Any) -> list[str]:
     """Every ``image`` string and every ``tag`` in ``value`` (an object, or chart values) is pinned."""
-    problems = []
-    for path, key, sub in walk(value):
-        if key == "image" and isinstance(sub, str):
-            why = image_problem(sub)
-        elif key == "tag" and isinstance(sub, str) and _FLOATING.match(sub):
-            why = f"tag {sub!r} floats"
-        else:
-            continue
-        if why:
-            problems.append(f"{where}{path}: {why}")
-    return problems
+    return [f"{where}{problem}" for problem in pin_problems(value)]
 
 
 def chart_problems(charts: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -196,7 +163,7 @@ def chart_problems(charts: Iterable[Mapping[str, Any]]) -> list[str]:
     for chart in charts:
         where = f"chart {chart.get('name')} ({chart.get('chart')})"
         version = str(chart.get("version") or "")
-        if _RANGE.search(version) or _FLOATING.match(version):
+        if _RANGE.search(version) or FLOATING.match(version):
             problems.append(f"{where}: version {version!r} is not an exact version")
         problems += image_problems(f"{where} values", chart.get("values") or {})
     return problems
