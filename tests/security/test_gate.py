@@ -15,6 +15,9 @@ from tests.security.conftest import cli_render
 
 PRIVILEGED_NAMESPACES: dict[str, str] = {
     "juicefs-csi": "the JuiceFS CSI node plugin and its mount pods mount FUSE and propagate mounts to the host",
+    "fluid-system": "Fluid's CSI node plugin (fuse.csi.fluid.io) mounts FUSE file systems on the node",
+    "topolvm-system": "TopoLVM's lvmd and CSI node plugin manage LVM volume groups and mounts on the host",
+    "rook-ceph": "Ceph OSDs use the host's raw devices; the Ceph CSI node plugins mount RBD and CephFS on the host",
 }
 """Namespaces that may enforce the ``privileged`` Pod Security level, with the workload that needs it."""
 
