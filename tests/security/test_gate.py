@@ -63,6 +63,15 @@ def test_no_generated_secret_reaches_the_output(stack, renders):
     assert checks.plaintext_problems({**texts, "stdout": result.stdout}, values) == []
 
 
+@pytest.mark.parametrize("backend", ["minio", "s3"])
+@pytest.mark.parametrize("stack", STACKS)
+def test_no_generated_secret_reaches_the_output_with_either_object_store(stack, backend, render_stack):
+    result, monitor = render_stack(stack, objectStore={"backend": backend})
+    texts = {name: json.dumps(getattr(result, name)) for name in ("plan", "manifests", "charts", "outputs")}
+    values = checks.mock_secret_values(monitor.registrations)
+    assert checks.plaintext_problems({**texts, "summary": render.summary(result)}, values) == []
+
+
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_secret_value_is_a_pulumi_secret(stack, renders):
     assert checks.secret_object_problems(manifest_objects(renders(stack).out)) == []
