@@ -15,6 +15,9 @@ from components.settings import PROJECT
 
 Render = Callable[..., tuple[render.Rendering, render.RecordingMonitor]]
 
+STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in render.ROOT.glob("Pulumi.*.yaml"))
+"""Every stack in the repository (one ``Pulumi.<stack>.yaml`` each)."""
+
 
 def stack_file(tmp: Path, stack: str, overrides: dict[str, Any]) -> Path:
     """A copy of ``Pulumi.<stack>.yaml`` with ``overrides`` (section -> value) deep-merged into its config."""
