@@ -127,7 +127,7 @@ class StorageAcceptanceArgs:
 
 
 class StorageAcceptance(pulumi.ComponentResource):
-    """A claim, a job file and an fio Job per tier."""
+    """A job file and an fio Job (with an ephemeral volume of the tier's class) per tier."""
 
     jobs: dict[str, pulumi.Output[str]]
     """Job name per tier (read the verdict with `kubectl logs job/<name>`)."""
@@ -137,6 +137,10 @@ class StorageAcceptance(pulumi.ComponentResource):
         s = args.settings
         ns = kube.namespace(f"{name}-ns", s.namespace, "restricted", self)
         skip_await = {} if s.block_until_done else {"pulumi.com/skipAwait": "true"}
+        # fio serves nothing: admit no ingress to the acceptance pods.
+        kube.ingress_policy(
+            f"{name}-no-ingress", ns.metadata.name, {"app.kubernetes.io/name": "storage-acceptance"}, [], self
+        )
         self.jobs = {}
         for tier in TIERS:
             if tier not in args.storage_classes:
@@ -151,25 +155,15 @@ class StorageAcceptance(pulumi.ComponentResource):
                 },
                 opts=pulumi.ResourceOptions(parent=self),
             )
-            claim = k8s.core.v1.PersistentVolumeClaim(
-                f"{name}-{tier}-claim",
-                # A WaitForFirstConsumer class binds only when the Job's pod is scheduled.
+            labels = kube.labels("storage-acceptance", tier)
+            resources = Resources(cpu_request="500m", cpu_limit="2", memory_request="256Mi", memory_limit="1Gi")
+            job = k8s.batch.v1.Job(
+                f"{name}-{tier}",
                 metadata={
                     "name": f"acceptance-{tier}",
                     "namespace": ns.metadata.name,
-                    "annotations": {"pulumi.com/skipAwait": "true"},
+                    "annotations": {**skip_await, **kube.checkov_skips(resources)},
                 },
-                spec={
-                    "accessModes": ["ReadWriteOnce"],
-                    "storageClassName": args.storage_classes[tier],
-                    "resources": {"requests": {"storage": s.volume_size}},
-                },
-                opts=pulumi.ResourceOptions(parent=self),
-            )
-            labels = kube.labels("storage-acceptance", tier)
-            job = k8s.batch.v1.Job(
-                f"{name}-{tier}",
-                metadata={"name": f"acceptance-{tier}", "namespace": ns.metadata.name, "annotations": skip_await},
                 spec={
                     "backoffLimit": 0,
                     "activeDeadlineSeconds": 3600,
@@ -178,21 +172,19 @@ class StorageAcceptance(pulumi.ComponentResource):
                         "spec": {
                             "restartPolicy": "Never",
                             "automountServiceAccountToken": False,
-                            "securityContext": kube.restricted_pod(1000),
+                            "securityContext": kube.restricted_pod(kube.UID),
                             "containers": [
                                 {
                                     "name": "fio",
                                     "image": versions.FIO_IMAGE,
-                                    "imagePullPolicy": "IfNotPresent",
+                                    "imagePullPolicy": "Always",
                                     "command": ["/bin/sh", "/config/run.sh"],
                                     "env": [
                                         {"name": "DATA_DIR", "value": "/data"},
                                         {"name": "JOB_FILE", "value": "/config/job.fio"},
                                     ],
-                                    "resources": Resources(
-                                        cpu_request="500m", memory_request="256Mi", memory_limit="1Gi"
-                                    ).spec(),
-                                    "securityContext": kube.restricted_container(1000),
+                                    "resources": resources.spec(),
+                                    "securityContext": kube.restricted_container(kube.UID),
                                     "volumeMounts": [
                                         {"name": "data", "mountPath": "/data"},
                                         {"name": "config", "mountPath": "/config", "readOnly": True},
@@ -201,14 +193,27 @@ class StorageAcceptance(pulumi.ComponentResource):
                                 }
                             ],
                             "volumes": [
-                                {"name": "data", "persistentVolumeClaim": {"claimName": f"acceptance-{tier}"}},
+                                # Scratch space for fio: a generic ephemeral volume of the tier's class, created
+                                # with the pod and deleted with it (it binds when the pod is scheduled).
+                                {
+                                    "name": "data",
+                                    "ephemeral": {
+                                        "volumeClaimTemplate": {
+                                            "spec": {
+                                                "accessModes": ["ReadWriteOnce"],
+                                                "storageClassName": args.storage_classes[tier],
+                                                "resources": {"requests": {"storage": s.volume_size}},
+                                            }
+                                        }
+                                    },
+                                },
                                 {"name": "config", "configMap": {"name": f"acceptance-{tier}"}},
                                 {"name": "tmp", "emptyDir": {}},
                             ],
                         },
                     },
                 },
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[config, claim]),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[config]),
             )
             self.jobs[tier] = job.metadata.name
         self.register_outputs({"jobs": self.jobs})

@@ -78,6 +78,11 @@ def backup_script(sync_flags: list[str]) -> str:
     return "\n".join(
         [
             "set -eu",
+            "# Credentials come from the volume Secret mounted as files, never from the environment.",
+            'METAURL="$(cat "$SECRETS/metaurl")"',
+            'AWS_ACCESS_KEY_ID="$(cat "$SECRETS/access-key")"',
+            'AWS_SECRET_ACCESS_KEY="$(cat "$SECRETS/secret-key")"',
+            "export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY",
             'stamp="$(date -u +%Y%m%dT%H%M%SZ)"',
             "mkdir -p /backup/out",
             'juicefs dump --threads 4 "$METAURL" "/backup/out/$VOLUME-$stamp.json.gz"',
@@ -197,12 +202,14 @@ class JuiceFS(pulumi.ComponentResource):
         """A CronJob that dumps the metadata and uploads it next to the data, under meta-backups/."""
         target = pulumi.Output.from_input(args.bucket_url).apply(lambda url: backup_destination(args.storage, url))
 
-        def from_secret(env: str, key: str) -> dict[str, object]:
-            return {"name": env, "valueFrom": {"secretKeyRef": {"name": SECRET_NAME, "key": key}}}
-
+        resources = Resources(cpu_request="100m", cpu_limit="1", memory_request="256Mi", memory_limit="2Gi")
         k8s.batch.v1.CronJob(
             f"{name}-metadata-backup",
-            metadata={"name": "juicefs-metadata-backup", "namespace": s.namespace},
+            metadata={
+                "name": "juicefs-metadata-backup",
+                "namespace": s.namespace,
+                "annotations": kube.checkov_skips(resources),
+            },
             spec={
                 "schedule": s.metadata_backup.schedule,
                 "concurrencyPolicy": "Forbid",
@@ -216,32 +223,33 @@ class JuiceFS(pulumi.ComponentResource):
                             "spec": {
                                 "restartPolicy": "OnFailure",
                                 "automountServiceAccountToken": False,
-                                "securityContext": kube.restricted_pod(1000),
+                                "securityContext": kube.restricted_pod(kube.UID),
                                 "containers": [
                                     {
                                         "name": "dump",
                                         "image": versions.JUICEFS_IMAGE,
-                                        "imagePullPolicy": "IfNotPresent",
+                                        "imagePullPolicy": "Always",
                                         "command": ["/bin/sh", "-c", target.apply(lambda t: backup_script(t[1]))],
                                         "env": [
                                             {"name": "HOME", "value": "/tmp"},
                                             {"name": "VOLUME", "value": s.volume_name},
                                             {"name": "DESTINATION", "value": target.apply(lambda t: t[0])},
-                                            from_secret("METAURL", "metaurl"),
-                                            from_secret("AWS_ACCESS_KEY_ID", "access-key"),
-                                            from_secret("AWS_SECRET_ACCESS_KEY", "secret-key"),
+                                            {"name": "SECRETS", "value": "/run/secrets/juicefs"},
                                         ],
-                                        "resources": Resources(
-                                            cpu_request="100m", memory_request="256Mi", memory_limit="2Gi"
-                                        ).spec(),
-                                        "securityContext": kube.restricted_container(1000),
+                                        "resources": resources.spec(),
+                                        "securityContext": kube.restricted_container(kube.UID),
                                         "volumeMounts": [
                                             {"name": "backup", "mountPath": "/backup"},
                                             {"name": "tmp", "mountPath": "/tmp"},
+                                            {"name": "volume", "mountPath": "/run/secrets/juicefs", "readOnly": True},
                                         ],
                                     }
                                 ],
-                                "volumes": [{"name": "backup", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}}],
+                                "volumes": [
+                                    {"name": "backup", "emptyDir": {}},
+                                    {"name": "tmp", "emptyDir": {}},
+                                    {"name": "volume", "secret": {"secretName": SECRET_NAME}},
+                                ],
                             },
                         },
                     }

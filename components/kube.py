@@ -3,12 +3,26 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import pulumi
 import pulumi_kubernetes as k8s
 
+from .settings import Resources
+
 PodSecurity = Literal["privileged", "baseline", "restricted"]
+
+UID = 10001
+"""UID and GID of the platform's own containers: non-root and above 10000, clear of host accounts."""
+
+CHECKOV_SKIPS: dict[str, str] = {
+    "CKV_K8S_43": "image pinned to an exact release tag in components/versions.py (the security gate rejects "
+    "floating tags); digests need a registry lookup, which the offline build cannot make",
+    "CKV_K8S_11": "no CPU limit unless the stack sets resources.cpuLimit: CFS throttling of this data-path "
+    "server stalls every JuiceFS call waiting on it; the CPU request is set and memory is limited",
+}
+"""Why a checkov check is skipped on the objects that carry its annotation (see ``checkov_skips``)."""
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
@@ -72,6 +86,29 @@ def restricted_pod(uid: int) -> dict[str, Any]:
         "fsGroup": uid,
         "seccompProfile": {"type": "RuntimeDefault"},
     }
+
+
+def checkov_skips(resources: Resources) -> dict[str, str]:
+    """Annotations making checkov skip, with the reason, what a workload does on purpose: image tags rather
+    than digests, and no CPU limit when ``resources`` sets none."""
+    checks = ["CKV_K8S_43"] + ([] if resources.cpu_limit else ["CKV_K8S_11"])
+    return {f"checkov.io/skip{i}": f"{check}={CHECKOV_SKIPS[check]}" for i, check in enumerate(checks, 1)}
+
+
+def ingress_policy(
+    name: str, ns: pulumi.Input[str], pod_labels: dict[str, str], ports: Sequence[int], parent: pulumi.Resource
+) -> k8s.networking.v1.NetworkPolicy:
+    """A NetworkPolicy denying the selected pods all ingress except TCP ``ports`` (from any source: JuiceFS
+    mount pods run on the host network, which pod and namespace selectors do not match)."""
+    spec: dict[str, Any] = {"podSelector": {"matchLabels": pod_labels}, "policyTypes": ["Ingress"]}
+    if ports:
+        spec["ingress"] = [{"ports": [{"protocol": "TCP", "port": port} for port in ports]}]
+    return k8s.networking.v1.NetworkPolicy(
+        name,
+        metadata={"name": pod_labels["app.kubernetes.io/name"], "namespace": ns, "labels": pod_labels},
+        spec=spec,
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
 
 
 def stateful(parent: pulumi.Resource, protect: bool, **kwargs: Any) -> pulumi.ResourceOptions:

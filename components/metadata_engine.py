@@ -19,6 +19,9 @@ from . import kube, versions
 from .settings import DnsLabel, Quantity, Resources, Section
 
 PORT = 6379
+DURABILITY = {"appendonly": "yes", "maxmemory-policy": "noeviction"}
+"""What JuiceFS needs from Redis. Also passed as command-line flags, which override redis.conf and stay visible
+to reviewers and policies (the file itself is a Secret)."""
 
 
 class MetadataSettings(Section):
@@ -50,7 +53,7 @@ def redis_conf(settings: MetadataSettings, password: str) -> str:
             "protected-mode yes",
             f"requirepass {password}",
             "dir /data",
-            "appendonly yes",
+            f"appendonly {DURABILITY['appendonly']}",
             f"appendfsync {settings.appendfsync}",
             "appenddirname appendonlydir",
             "aof-use-rdb-preamble yes",
@@ -58,7 +61,7 @@ def redis_conf(settings: MetadataSettings, password: str) -> str:
             "save 300 10",
             "save 60 10000",
             f"maxmemory {maxmemory}",
-            "maxmemory-policy noeviction",
+            f"maxmemory-policy {DURABILITY['maxmemory-policy']}",
             "",
         ]
     )
@@ -105,11 +108,18 @@ class MetadataEngine(pulumi.ComponentResource):
             spec={"selector": labels, "ports": [{"name": "redis", "port": PORT, "targetPort": PORT}]},
             opts=pulumi.ResourceOptions(parent=self),
         )
-        auth_env = {"name": "REDISCLI_AUTH", "valueFrom": {"secretKeyRef": {"name": "redis-config", "key": "password"}}}
-        ping = {"exec": {"command": ["sh", "-c", "redis-cli -p 6379 ping | grep -q PONG"]}, "timeoutSeconds": 5}
+        ping_cmd = f'REDISCLI_AUTH="$(cat /etc/redis/password)" redis-cli -p {PORT} ping | grep -q PONG'
+        ping = {"exec": {"command": ["sh", "-c", ping_cmd]}, "timeoutSeconds": 5}
+        flags = [part for key, value in DURABILITY.items() for part in (f"--{key}", value)]
+        policy = kube.ingress_policy(f"{name}-network-policy", ns.metadata.name, labels, [PORT], self)
         k8s.apps.v1.StatefulSet(
             f"{name}-redis",
-            metadata={"name": "redis", "namespace": ns.metadata.name, "labels": labels},
+            metadata={
+                "name": "redis",
+                "namespace": ns.metadata.name,
+                "labels": labels,
+                "annotations": kube.checkov_skips(s.resources),
+            },
             spec={
                 "serviceName": "redis",
                 "replicas": 1,
@@ -117,19 +127,18 @@ class MetadataEngine(pulumi.ComponentResource):
                 "template": {
                     "metadata": {"labels": labels},
                     "spec": {
-                        "securityContext": kube.restricted_pod(999),
+                        "securityContext": kube.restricted_pod(kube.UID),
                         "automountServiceAccountToken": False,
                         "terminationGracePeriodSeconds": 60,
                         "containers": [
                             {
                                 "name": "redis",
                                 "image": versions.REDIS_IMAGE,
-                                "imagePullPolicy": "IfNotPresent",
-                                "command": ["redis-server", "/etc/redis/redis.conf"],
-                                "env": [auth_env],
+                                "imagePullPolicy": "Always",
+                                "command": ["redis-server", "/etc/redis/redis.conf", *flags],
                                 "ports": [{"name": "redis", "containerPort": PORT}],
                                 "resources": s.resources.spec(),
-                                "securityContext": kube.restricted_container(999),
+                                "securityContext": kube.restricted_container(kube.UID),
                                 "livenessProbe": {**ping, "initialDelaySeconds": 30, "periodSeconds": 15},
                                 "readinessProbe": {**ping, "periodSeconds": 5},
                                 "volumeMounts": [
@@ -152,7 +161,7 @@ class MetadataEngine(pulumi.ComponentResource):
                     }
                 ],
             },
-            opts=kube.stateful(self, args.protect, depends_on=[config, service]),
+            opts=kube.stateful(self, args.protect, depends_on=[config, service, policy]),
         )
         self.host = pulumi.Output.concat("redis.", ns.metadata.name, ".svc.cluster.local")
         self.url = pulumi.Output.secret(

@@ -26,6 +26,10 @@ from .settings import DnsLabel, Quantity, Resources, Section
 
 RGW_USER = "juicefs"
 """CephObjectStoreUser of the `ceph-rgw` backend."""
+ROOT_DIR = "/run/secrets/minio-root"
+"""Where MinIO and the bucket Job read the root credentials (files, not environment variables)."""
+ROOT_MOUNT = {"name": "root-credentials", "mountPath": ROOT_DIR, "readOnly": True}
+ROOT_VOLUME = {"name": "root-credentials", "secret": {"secretName": "minio-root"}}
 
 
 class MinioSettings(Section):
@@ -205,9 +209,15 @@ class ObjectStore(pulumi.ComponentResource):
             hosts = f"http://minio-{{0...{m.replicas - 1}}}.minio-hl.{ns}.svc.cluster.local/data"
             server_args = ["server", hosts, "--console-address", ":9001"]
         probe = {"httpGet": {"path": "/minio/health/live", "port": 9000}, "periodSeconds": 15}
+        policy = kube.ingress_policy(f"{name}-network-policy", self._ns.metadata.name, labels, [9000], self)
         statefulset = k8s.apps.v1.StatefulSet(
             f"{name}-minio",
-            metadata={"name": "minio", "namespace": self._ns.metadata.name, "labels": labels},
+            metadata={
+                "name": "minio",
+                "namespace": self._ns.metadata.name,
+                "labels": labels,
+                "annotations": kube.checkov_skips(m.resources),
+            },
             spec={
                 "serviceName": "minio-hl",
                 "replicas": m.replicas,
@@ -216,42 +226,35 @@ class ObjectStore(pulumi.ComponentResource):
                 "template": {
                     "metadata": {"labels": labels},
                     "spec": {
-                        "securityContext": kube.restricted_pod(1000),
+                        "securityContext": kube.restricted_pod(kube.UID),
                         "automountServiceAccountToken": False,
                         "containers": [
                             {
                                 "name": "minio",
                                 "image": versions.MINIO_IMAGE,
-                                "imagePullPolicy": "IfNotPresent",
+                                "imagePullPolicy": "Always",
                                 "args": server_args,
                                 "env": [
                                     {"name": "HOME", "value": "/tmp"},
-                                    {
-                                        "name": "MINIO_ROOT_USER",
-                                        "valueFrom": {"secretKeyRef": {"name": "minio-root", "key": "MINIO_ROOT_USER"}},
-                                    },
-                                    {
-                                        "name": "MINIO_ROOT_PASSWORD",
-                                        "valueFrom": {
-                                            "secretKeyRef": {"name": "minio-root", "key": "MINIO_ROOT_PASSWORD"}
-                                        },
-                                    },
+                                    {"name": "MINIO_ROOT_USER_FILE", "value": f"{ROOT_DIR}/MINIO_ROOT_USER"},
+                                    {"name": "MINIO_ROOT_PASSWORD_FILE", "value": f"{ROOT_DIR}/MINIO_ROOT_PASSWORD"},
                                 ],
                                 "ports": [
                                     {"name": "s3", "containerPort": 9000},
                                     {"name": "console", "containerPort": 9001},
                                 ],
                                 "resources": m.resources.spec(),
-                                "securityContext": kube.restricted_container(1000),
+                                "securityContext": kube.restricted_container(kube.UID),
                                 "livenessProbe": probe,
                                 "readinessProbe": {**probe, "httpGet": {"path": "/minio/health/ready", "port": 9000}},
                                 "volumeMounts": [
                                     {"name": "data", "mountPath": "/data"},
                                     {"name": "tmp", "mountPath": "/tmp"},
+                                    ROOT_MOUNT,
                                 ],
                             }
                         ],
-                        "volumes": [{"name": "tmp", "emptyDir": {}}],
+                        "volumes": [{"name": "tmp", "emptyDir": {}}, ROOT_VOLUME],
                     },
                 },
                 "volumeClaimTemplates": [
@@ -265,15 +268,21 @@ class ObjectStore(pulumi.ComponentResource):
                     }
                 ],
             },
-            opts=kube.stateful(self, protect, depends_on=[root, headless]),
+            opts=kube.stateful(self, protect, depends_on=[root, headless, policy]),
         )
         self.endpoint = pulumi.Output.concat("http://minio.", ns, ".svc.cluster.local:9000")
         self.bucket = pulumi.Output.from_input(s.bucket)
         self.bucket_url = pulumi.Output.concat(self.endpoint, "/", s.bucket)
         job_labels = kube.labels("minio-bucket", "object-store")
+        job_policy = kube.ingress_policy(f"{name}-bucket-network-policy", self._ns.metadata.name, job_labels, [], self)
+        job_resources = Resources(memory_limit="128Mi", memory_request="64Mi", cpu_request="50m", cpu_limit="500m")
         k8s.batch.v1.Job(
             f"{name}-bucket",
-            metadata={"name": f"minio-bucket-{s.bucket}"[:63], "namespace": self._ns.metadata.name},
+            metadata={
+                "name": f"minio-bucket-{s.bucket}"[:63],
+                "namespace": self._ns.metadata.name,
+                "annotations": kube.checkov_skips(job_resources),
+            },
             spec={
                 "backoffLimit": 10,
                 "template": {
@@ -281,15 +290,16 @@ class ObjectStore(pulumi.ComponentResource):
                     "spec": {
                         "restartPolicy": "OnFailure",
                         "automountServiceAccountToken": False,
-                        "securityContext": kube.restricted_pod(1000),
+                        "securityContext": kube.restricted_pod(kube.UID),
                         "containers": [
                             {
                                 "name": "mc",
                                 "image": versions.MINIO_CLIENT_IMAGE,
-                                "imagePullPolicy": "IfNotPresent",
+                                "imagePullPolicy": "Always",
                                 "command": ["/bin/sh", "-ec"],
                                 "args": [
-                                    'mc alias set store "$ENDPOINT" "$MINIO_ROOT_USER" "$MINIO_ROOT_PASSWORD"\n'
+                                    f'mc alias set store "$ENDPOINT" "$(cat {ROOT_DIR}/MINIO_ROOT_USER)" '
+                                    f'"$(cat {ROOT_DIR}/MINIO_ROOT_PASSWORD)"\n'
                                     'mc mb --ignore-existing "store/$BUCKET"\n'
                                     + (
                                         'printf %s "$LIFECYCLE" | mc ilm import "store/$BUCKET"\n'
@@ -302,29 +312,17 @@ class ObjectStore(pulumi.ComponentResource):
                                     {"name": "ENDPOINT", "value": f"http://minio.{ns}.svc:9000"},
                                     {"name": "BUCKET", "value": s.bucket},
                                     {"name": "LIFECYCLE", "value": minio_lifecycle(expirations)},
-                                    {
-                                        "name": "MINIO_ROOT_USER",
-                                        "valueFrom": {"secretKeyRef": {"name": "minio-root", "key": "MINIO_ROOT_USER"}},
-                                    },
-                                    {
-                                        "name": "MINIO_ROOT_PASSWORD",
-                                        "valueFrom": {
-                                            "secretKeyRef": {"name": "minio-root", "key": "MINIO_ROOT_PASSWORD"}
-                                        },
-                                    },
                                 ],
-                                "resources": Resources(
-                                    memory_limit="128Mi", memory_request="64Mi", cpu_request="50m"
-                                ).spec(),
-                                "securityContext": kube.restricted_container(1000),
-                                "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+                                "resources": job_resources.spec(),
+                                "securityContext": kube.restricted_container(kube.UID),
+                                "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}, ROOT_MOUNT],
                             }
                         ],
-                        "volumes": [{"name": "tmp", "emptyDir": {}}],
+                        "volumes": [{"name": "tmp", "emptyDir": {}}, ROOT_VOLUME],
                     },
                 },
             },
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[statefulset, service]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[statefulset, service, job_policy]),
         )
 
     def _ceph_rgw(self, name: str, s: ObjectStoreSettings, protect: bool, rgw: RgwGateway) -> None:

@@ -57,7 +57,6 @@ class PlatformSettings(Section):
     """TopoLVM node-local NVMe volumes (hot tier)."""
     acceptance: AcceptanceSettings = AcceptanceSettings()
     """fio acceptance Jobs per tier, with thresholds."""
-    # Scheduling and data loading (issue 4).
     volcano: VolcanoSettings = VolcanoSettings()
     """Volcano scheduler and team Queues."""
     training: TrainingSettings = TrainingSettings()

@@ -71,7 +71,7 @@ class WorkspaceSettings(Section):
     """Namespace of the team's claims, dataset and TrainJob."""
     pod_security: kube.PodSecurity = "restricted"
     """Pod Security Standard the namespace enforces (`privileged` is needed for a Fluid dataset)."""
-    run_as_user: int = Field(1000, ge=1, le=2147483647)
+    run_as_user: int = Field(kube.UID, ge=1, le=2147483647)
     """UID, GID and fsGroup the training pods run as (non-root, for the restricted standard)."""
     tier_prefix: str = Field("", pattern=NAME_PREFIX)
     """The platform's `tiers.namePrefix`: the claims use the `<prefix>cold` and `<prefix>checkpoint` classes."""

@@ -14,6 +14,9 @@ from components import render
 
 Render = Callable[..., tuple[render.Rendering, render.RecordingMonitor]]
 
+STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in render.ROOT.glob("Pulumi.*.yaml"))
+"""Every stack in the repository (one ``Pulumi.<stack>.yaml`` each)."""
+
 
 def stack_file(tmp: Path, stack: str, overrides: dict[str, Any], root: Path = render.ROOT) -> Path:
     """A copy of ``root/Pulumi.<stack>.yaml`` with ``overrides`` (section -> value) deep-merged into its config."""

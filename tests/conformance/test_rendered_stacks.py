@@ -11,8 +11,8 @@ from components.platform import load_settings
 from components.render import ROOT
 from components.settings import PROJECT, decode
 from tests.conformance.upstream import chart_version_errors, validate_object, values_path_errors
+from tests.conftest import STACKS
 
-STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in ROOT.glob("Pulumi.*.yaml"))
 PINS = {pin.chart: pin for pin in vars(versions).values() if isinstance(pin, versions.ChartPin)}
 
 # Value paths under which upstream leaves the structure to the user (nothing to check against).

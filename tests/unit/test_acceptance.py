@@ -61,5 +61,6 @@ def test_dev_render_has_one_acceptance_job_per_served_tier(render_stack):
     assert tiers == set(result.outputs["storageClasses"])
     script = by_name(result, "ConfigMap", "acceptance-cold")["data"]["run.sh"]
     assert "warm_cold_ratio" in script and " 3.0" in script
-    claim = by_name(result, "PersistentVolumeClaim", "acceptance-cold")
-    assert claim["spec"]["storageClassName"] == result.outputs["storageClasses"]["cold"]
+    volume = by_name(result, "Job", "acceptance-cold")["spec"]["template"]["spec"]["volumes"][0]
+    claim = volume["ephemeral"]["volumeClaimTemplate"]["spec"]
+    assert claim["storageClassName"] == result.outputs["storageClasses"]["cold"]

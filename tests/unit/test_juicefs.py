@@ -65,7 +65,10 @@ def test_metadata_backup_cronjob_dumps_to_the_object_store_with_retention(render
     assert (
         env["DESTINATION"]["value"] == "minio://minio.object-store.svc.cluster.local:9000/ai-datasets-dev/meta-backups/"
     )
-    assert env["METAURL"]["valueFrom"]["secretKeyRef"] == {"key": "metaurl", "name": "juicefs-volume"}
+    assert "METAURL" not in env  # credentials are files from the volume Secret, not environment variables
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["volumes"]}
+    assert volumes[mounts[env["SECRETS"]["value"]]]["secret"]["secretName"] == "juicefs-volume"
     assert "juicefs dump" in container["command"][2] and "juicefs sync --no-https" in container["command"][2]
     job = by_name(result, "Job", "minio-bucket-ai-datasets-dev")
     lifecycle = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}

@@ -116,6 +116,8 @@ def cell(value: object) -> str:
     """A setting as the README table shows it."""
     if isinstance(value, list):
         return ", ".join(f"`{v.name}`" for v in value) or "none"  # type: ignore[attr-defined]
+    if isinstance(value, dict):
+        return ", ".join(f"`{k}`" for k in value) or "none"
     return f"`{str(value).lower() if isinstance(value, bool) else value}`"
 
 

@@ -116,7 +116,7 @@ def test_trainjob_patches_queue_dataset_checkpoints_and_non_root_into_the_node_p
     claims = {v["name"]: v["persistentVolumeClaim"] for v in pod["spec"]["volumes"]}
     assert claims == {"data": {"claimName": "imagenet", "readOnly": True}, "checkpoints": {"claimName": "checkpoints"}}
     security = pod["spec"]["securityContext"]
-    assert security["runAsNonRoot"] is True and security["fsGroup"] == 1000
+    assert security["runAsNonRoot"] is True and security["fsGroup"] == 10001
     assert security["seccompProfile"] == {"type": "RuntimeDefault"}
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
