@@ -34,7 +34,9 @@ def run_acceptance(tmp_path, tier, thresholds):
 
 @pytest.mark.parametrize("tier", ["hot", "warm", "cold", "checkpoint"])
 def test_job_file_and_script_run_on_real_fio_and_report_every_figure(fio, tmp_path, tier):
-    proc, summary = run_acceptance(tmp_path, tier, Thresholds(warm_cold_ratio=0.0))
+    # Zero thresholds: this test proves the scripts run and report; speed on a shared machine is not the point.
+    zero = Thresholds(seq_read_mib_s=0, seq_write_mib_s=0, rand_read_iops=0, warm_cold_ratio=0.0)
+    proc, summary = run_acceptance(tmp_path, tier, zero)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
     figures = {s["figure"]: s for s in summary}
     expected = {"seq_write_mib_s", "seq_read_mib_s", "rand_read_iops"}
