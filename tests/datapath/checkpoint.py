@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import sys
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -177,8 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     size = int(args.shard_mib * 1024 * 1024)
     shards = [os.urandom(size) for _ in range(args.shards)]
 
+    lock = threading.Lock()
+
     def progress(msg: str) -> None:
-        print(msg, flush=True)
+        with lock:  # shard threads report concurrently; keep one message per line
+            sys.stdout.write(msg + "\n")
+            sys.stdout.flush()
 
     final = write_checkpoint(args.root, args.step, shards, stall_after=args.stall_after,
                              stall_seconds=args.stall_seconds, progress=progress)

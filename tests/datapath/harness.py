@@ -333,7 +333,7 @@ def bucket_name(bucket_url: str) -> str:
     return parts[0]
 
 
-def _replace_hostport(url: str, hostport: str) -> str:
+def replace_hostport(url: str, hostport: str) -> str:
     parsed = urllib.parse.urlsplit(url)
     userinfo = parsed.netloc.rpartition("@")[0]
     netloc = f"{userinfo}@{hostport}" if userinfo else hostport
@@ -351,7 +351,7 @@ def rewrite_volume_secret(secret: Mapping[str, str], *, meta_hostport: str, s3_e
     if missing:
         raise HarnessError(f"volume secret lacks {missing}; JuiceFS CSI needs {list(SECRET_KEYS)}")
     out = dict(secret)
-    out["metaurl"] = _replace_hostport(secret["metaurl"], meta_hostport)
+    out["metaurl"] = replace_hostport(secret["metaurl"], meta_hostport)
     s3 = urllib.parse.urlsplit(s3_endpoint)
     bucket_url = secret["bucket"] if "://" in secret["bucket"] else f"http://{secret['bucket']}"
     parsed = urllib.parse.urlsplit(bucket_url)
