@@ -544,19 +544,25 @@ def _unmount(mountpoint: Path, timeout: float = 60) -> None:
         raise HarnessError(f"could not unmount {mountpoint}")
 
 
-def _mount_pids(mountpoint: Path) -> list[int]:
-    """PIDs of juicefs processes serving ``mountpoint`` (to make sure none outlives the test)."""
+def _mount_pids(log_path: Path, log_offset: int = 0) -> list[int]:
+    """Live juicefs processes of one mount: the PIDs its own log names (``juicefs[PID]``).
+
+    (The client rewrites and truncates its process title, so the command line cannot tell mounts apart;
+    each mount here has its own log file.)
+    """
+    try:
+        text = Path(log_path).read_bytes()[log_offset:].decode(errors="replace")
+    except OSError:
+        return []
     pids = []
-    target = str(mountpoint)
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for pid in sorted({int(p) for p in re.findall(r"juicefs\[(\d+)\]", text)}):
         try:
-            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").split()
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if cmdline and cmdline[0].endswith(b"juicefs") and target.encode() in cmdline:
-            pids.append(int(entry.name))
+        if args and args[0].endswith(b"juicefs") and state != "Z":
+            pids.append(pid)
     return pids
 
 
@@ -568,6 +574,11 @@ class MountHandle:
     log_path: Path
     metrics_port: int
     fuse_options: list[str]
+    log_offset: int = 0
+
+    def pids(self) -> list[int]:
+        """The live juicefs processes serving this mount (supervisor and FUSE server)."""
+        return _mount_pids(self.log_path, self.log_offset)
 
     def metrics(self) -> dict[str, float]:
         """The client's Prometheus metrics (name{labels} -> value), read from its loopback listener."""
@@ -582,6 +593,19 @@ class MountHandle:
                 except ValueError:
                     pass
         return out
+
+    @property
+    def bdi_read_ahead_path(self) -> Path:
+        dev = os.stat(self.mountpoint).st_dev
+        return Path(f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb")
+
+    def set_read_ahead_kib(self, kib: int) -> None:
+        """Kernel readahead window of this FUSE mount (node level, root only; not a juicefs option).
+
+        The kernel caps a FUSE mount's readahead at 128 KiB, so FUSE reads stay 128 KiB whatever
+        ``max-fuse-io`` says unless this is raised (in Kubernetes: a postStart hook in the mount pod).
+        """
+        self.bdi_read_ahead_path.write_text(f"{int(kib)}\n")
 
     def metric(self, name: str, **labels: str) -> float:
         """Sum of metric ``name`` over every series whose labels include ``labels``."""
@@ -606,13 +630,18 @@ class MountHandle:
         return cached
 
     def cached_bytes(self) -> int:
-        """Bytes of block files in the local cache directories (``<uuid>/raw/chunks``)."""
-        return sum(p.stat().st_size for p in self.cache_block_files())
+        """Bytes of complete block files in the local cache directories (``<uuid>/raw/chunks``)."""
+        total = 0
+        for p in self.cache_block_files():
+            with contextlib.suppress(FileNotFoundError):  # evicted or renamed meanwhile
+                total += p.stat().st_size
+        return total
 
     def cache_block_files(self) -> list[Path]:
+        """Complete cached blocks (the client writes ``*.tmp`` first and renames when done)."""
         files = []
         for d in self.cache_dirs:
-            files += [p for p in d.glob("*/raw/chunks/**/*") if p.is_file()]
+            files += [p for p in d.glob("*/raw/chunks/**/*") if not p.name.endswith(".tmp") and p.is_file()]
         return sorted(files)
 
 
@@ -640,10 +669,10 @@ def juicefs_mount(metaurl: str, mountpoint: str | os.PathLike, mount_options: Se
     ]
     log_offset = log_path.stat().st_size if log_path.exists() else 0
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=subprocess_env())
-    handle = MountHandle(mountpoint, args.cache_dirs, argv, log_path, metrics_port, args.fuse_options)
+    handle = MountHandle(mountpoint, args.cache_dirs, argv, log_path, metrics_port, args.fuse_options, log_offset)
     try:
         if proc.returncode != 0 or not is_mounted(mountpoint):
-            log = log_path.read_text(errors="replace")[log_offset:] if log_path.exists() else ""
+            log = log_path.read_bytes()[log_offset:].decode(errors="replace") if log_path.exists() else ""
             detail = "\n".join((proc.stdout + proc.stderr + log).splitlines()[-30:])
             message = f"{_redact(' '.join(argv))}\nexited {proc.returncode}:\n{_redact(detail)}"
             only_fuse = not args.fuse_options and any(h in detail.lower() for h in _FUSE_FAILURE_HINTS)
@@ -654,9 +683,9 @@ def juicefs_mount(metaurl: str, mountpoint: str | os.PathLike, mount_options: Se
             _unmount(mountpoint)
         finally:
             deadline = time.monotonic() + 15
-            while _mount_pids(mountpoint) and time.monotonic() < deadline:
+            while handle.pids() and time.monotonic() < deadline:
                 time.sleep(0.1)
-            for pid in _mount_pids(mountpoint):
+            for pid in handle.pids():  # only processes this mount's own log names
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
 

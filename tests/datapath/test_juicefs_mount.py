@@ -82,3 +82,9 @@ def test_fuse_option_from_mount_options_is_accepted_like_csi(stack, fuse_ok, gen
     with stack.mount([*generated["mount_options"], "writeback_cache"], name="mnt-fuse-opt") as m:
         assert m.fuse_options == ["writeback_cache"]
         (m.mountpoint / "probe").write_bytes(b"x")
+        pids = m.pids()
+        assert pids, "the mount's juicefs processes are found through its log"
+    # cleanup unmounted and left no juicefs process of this mount behind
+    assert not harness.is_mounted(m.mountpoint)
+    assert not [p for p in pids if os.path.exists(f"/proc/{p}") and
+                open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
