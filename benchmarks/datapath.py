@@ -48,14 +48,19 @@ from conftest import generated_config  # noqa: E402  (the swap point)
 
 MB = 1e6
 MIB = 1024 * 1024
+PASS_TIMEOUT = 600.0  # a read pass through FUSE that takes longer than this aborts the mount
 
 
 # --------------------------------------------------------------------------------------------------
 # readers
 
 
-def read_files(paths: list[Path], readers: int, read_bytes: int, kind: str = "python") -> tuple[int, float]:
+def read_files(paths: list[Path], readers: int, read_bytes: int, kind: str = "python",
+               timeout: float | None = None, on_timeout=None) -> tuple[int, float]:
     """Read every file once with ``readers`` parallel workers; return (bytes, seconds).
+
+    A pass that takes longer than ``timeout`` calls ``on_timeout`` (abort the mount's FUSE connection,
+    so blocked readers fail instead of hanging) and raises.
 
     ``python``: each worker reads whole files with ``readinto`` of a ``read_bytes`` buffer (like a
     DataLoader worker reading a sample). ``cat``: each worker runs ``cat FILE > /dev/null``.
@@ -92,8 +97,15 @@ def read_files(paths: list[Path], readers: int, read_bytes: int, kind: str = "py
     t0 = time.perf_counter()
     for t in threads:
         t.start()
+    deadline = None if timeout is None else t0 + timeout
     for t in threads:
-        t.join()
+        t.join(None if deadline is None else max(0.0, deadline - time.perf_counter()))
+    if any(t.is_alive() for t in threads):
+        if on_timeout:
+            on_timeout()
+        for t in threads:
+            t.join(30)
+        raise harness.HarnessError(f"read pass over {len(paths)} files did not finish within {timeout}s")
     elapsed = time.perf_counter() - t0
     if errors:
         raise errors[0]
@@ -154,11 +166,12 @@ def one_cycle(stack: harness.Stack, options: list[str], files: list[str], datase
             m.set_read_ahead_kib(read_ahead_kib)
         paths = [m.mountpoint / "dataset" / f for f in files]
         assert m.cached_bytes() == 0, "the cold pass must start from an empty cache"
+        guard = {"timeout": PASS_TIMEOUT, "on_timeout": lambda: harness.abort_fuse_connection(m.mountpoint)}
         out: dict = {}
 
         harness.drop_page_cache()
         get0 = m.object_get_bytes()
-        n, s = read_files(paths, readers, read_bytes, kind)
+        n, s = read_files(paths, readers, read_bytes, kind, **guard)
         out["cold"] = {"bytes": n, "seconds": round(s, 3), "MBps": mbps(n, s),
                        "s3_get_bytes": int(m.object_get_bytes() - get0)}
 
@@ -168,12 +181,12 @@ def one_cycle(stack: harness.Stack, options: list[str], files: list[str], datase
 
         harness.drop_page_cache()
         get1, hit1 = m.object_get_bytes(), m.metric("juicefs_blockcache_hit_bytes")
-        n, s = read_files(paths, readers, read_bytes, kind)
+        n, s = read_files(paths, readers, read_bytes, kind, **guard)
         out["warm"] = {"bytes": n, "seconds": round(s, 3), "MBps": mbps(n, s),
                        "s3_get_bytes": int(m.object_get_bytes() - get1),
                        "cache_hit_bytes": int(m.metric("juicefs_blockcache_hit_bytes") - hit1)}
 
-        n, s = read_files(paths, readers, read_bytes, kind)
+        n, s = read_files(paths, readers, read_bytes, kind, **guard)
         out["hot"] = {"bytes": n, "seconds": round(s, 3), "MBps": mbps(n, s)}
 
         blocks = m.cache_block_files()
@@ -250,8 +263,15 @@ def run(args: argparse.Namespace) -> dict:
 
             ckpt = (checkpoint_bench(stack, options, args.ckpt_shards, int(args.ckpt_shard_mib * MIB),
                                      args.ckpt_repeat, log) if args.ckpt_shards else None)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    except BaseException:
+        print(f"run failed; its logs are kept in {workdir}", file=sys.stderr)
+        raise
+    else:
+        still = [line.split()[4] for line in open("/proc/self/mountinfo") if line.split()[4].startswith(str(workdir))]
+        if still:  # never walk into a mount that may hang: leave the directory
+            print(f"still mounted, not removing {workdir}: {still}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
 
     version = harness.run_juicefs(["version"]).stdout.strip()
     return {

@@ -531,15 +531,49 @@ def is_mounted(path: str | os.PathLike) -> bool:
         return any(line.split()[4] == target for line in f)
 
 
-def _unmount(mountpoint: Path, timeout: float = 60) -> None:
-    if not is_mounted(mountpoint):
-        return
-    proc = run_juicefs(["umount", str(mountpoint)], timeout=timeout, check=False)
-    if proc.returncode != 0 and is_mounted(mountpoint):
-        proc = run_juicefs(["umount", "--force", str(mountpoint)], timeout=timeout, check=False)
-    if is_mounted(mountpoint):
-        fusermount = shutil.which("fusermount3") or shutil.which("fusermount") or "fusermount3"
-        subprocess.run([fusermount, "-u", "-z", str(mountpoint)], capture_output=True, timeout=timeout)
+def _fuse_connection(mountpoint: str | os.PathLike) -> str | None:
+    """The FUSE connection id (the device minor) of a mount, from mountinfo (no stat: it could hang)."""
+    target = os.path.realpath(mountpoint)
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if fields[4] == target:
+                return fields[2].split(":")[1]
+    return None
+
+
+def abort_fuse_connection(mountpoint: str | os.PathLike) -> bool:
+    """Abort a mount's FUSE connection (fusectl), so nothing blocks on a dead or hung client.
+
+    Every pending and future request on the mount then fails with ENOTCONN instead of waiting forever.
+    """
+    conn = _fuse_connection(mountpoint)
+    if conn is None:
+        return False
+    ctl = Path("/sys/fs/fuse/connections")
+    if not (ctl / conn).exists():
+        subprocess.run(["mount", "-t", "fusectl", "fusectl", str(ctl)], capture_output=True, timeout=10)
+    try:
+        (ctl / conn / "abort").write_text("1\n")
+        return True
+    except OSError:
+        return False
+
+
+def _unmount(mountpoint: Path, timeout: float = 30) -> None:
+    """Unmount, escalating: juicefs umount, umount --force, abort the FUSE connection + lazy unmount."""
+    fusermount = shutil.which("fusermount3") or shutil.which("fusermount") or "fusermount3"
+    steps = [
+        lambda: run_juicefs(["umount", str(mountpoint)], timeout=timeout, check=False),
+        lambda: run_juicefs(["umount", "--force", str(mountpoint)], timeout=timeout, check=False),
+        lambda: (abort_fuse_connection(mountpoint),
+                 subprocess.run([fusermount, "-u", "-z", str(mountpoint)], capture_output=True, timeout=timeout)),
+    ]
+    for step in steps:
+        if not is_mounted(mountpoint):
+            return
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            step()
     if is_mounted(mountpoint):
         raise HarnessError(f"could not unmount {mountpoint}")
 

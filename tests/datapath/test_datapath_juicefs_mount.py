@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 
@@ -88,3 +89,13 @@ def test_fuse_option_from_mount_options_is_accepted_like_csi(stack, fuse_ok, gen
     assert not harness.is_mounted(m.mountpoint)
     assert not [p for p in pids if os.path.exists(f"/proc/{p}") and
                 open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
+
+
+def test_a_hung_mount_is_aborted_and_cleaned_up_instead_of_blocking(stack, fuse_ok, generated):
+    # the benchmark's watchdog and the cleanup's last resort: abort the FUSE connection
+    with stack.mount(generated["mount_options"], name="mnt-abort") as m:
+        assert harness.abort_fuse_connection(m.mountpoint)
+        with pytest.raises(OSError) as err:
+            os.listdir(m.mountpoint)
+        assert err.value.errno in (errno.ENOTCONN, errno.ECONNABORTED)
+    assert not harness.is_mounted(m.mountpoint)
