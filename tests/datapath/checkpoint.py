@@ -1,0 +1,195 @@
+"""Sharded checkpoints with atomic promotion, as a training job should write them to the checkpoint tier.
+
+Layout under a checkpoint root::
+
+    .step-00000010.tmp-<uuid>/    in flight: shards + manifest.json (never read by a restore)
+    step-00000010/                promoted: shard-00000-of-00008.bin ... manifest.json COMPLETE
+
+Write order: shards into the temporary directory (each fsynced), ``manifest.json`` (sizes and sha256 of
+every shard, fsynced), fsync of the temporary directory, ``rename`` to the final name, fsync of the root,
+then the ``COMPLETE`` marker (written to a temporary name, fsynced, renamed, directory fsynced). A
+checkpoint counts only when its ``COMPLETE`` marker exists and its shards match the manifest, so a
+writer killed at any point leaves either nothing promoted, or a promoted directory without a marker
+(which :func:`latest_complete` ignores and :func:`clean_incomplete` removes), never a checkpoint that
+looks complete and is not.
+
+Run as a program (``python checkpoint.py write ...``) it is the writer a test can SIGKILL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+MARKER = "COMPLETE"
+MANIFEST = "manifest.json"
+CHUNK = 4 * 1024 * 1024
+
+
+def final_dir(root: Path, step: int) -> Path:
+    return Path(root) / f"step-{step:08d}"
+
+
+def shard_name(i: int, n: int) -> str:
+    return f"shard-{i:05d}-of-{n:05d}.bin"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_file(path: Path, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    with open(path, "wb", buffering=0) as f:
+        for off in range(0, len(view), CHUNK):
+            f.write(view[off:off + CHUNK])
+        os.fsync(f.fileno())
+
+
+def write_checkpoint(root: Path, step: int, shards: list[bytes], *, workers: int | None = None,
+                     digests: list[str] | None = None, stall_after: int | None = None,
+                     stall_seconds: float = 60.0, progress=None) -> Path:
+    """Write ``shards`` (one per rank) as checkpoint ``step`` under ``root``; return the final directory.
+
+    ``digests`` may carry the shards' sha256 hex digests when the caller already has them (a trainer
+    hashes while it serializes); otherwise they are computed here.
+    ``stall_after=K`` (test hook) makes every shard with index >= K wait ``stall_seconds`` before it is
+    written, so a test can kill the writer at a known point: K shards on disk, the rest missing.
+    """
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    final = final_dir(root, step)
+    if final.exists():
+        raise FileExistsError(f"checkpoint {final} already exists")
+    n = len(shards)
+    tmp = root / f".{final.name}.tmp-{uuid.uuid4().hex[:12]}"
+    tmp.mkdir()
+    digests = digests or [hashlib.sha256(s).hexdigest() for s in shards]
+
+    def write_one(i: int) -> None:
+        if stall_after is not None and i >= stall_after:
+            if progress:
+                progress(f"stalled before shard {i}")
+            time.sleep(stall_seconds)
+        _write_file(tmp / shard_name(i, n), shards[i])
+        if progress:
+            progress(f"wrote shard {i}")
+
+    with ThreadPoolExecutor(max_workers=workers or n) as pool:
+        list(pool.map(write_one, range(n)))
+
+    manifest = {
+        "step": step,
+        "shards": [{"name": shard_name(i, n), "bytes": len(s), "sha256": d} for i, (s, d) in enumerate(zip(shards, digests))],
+    }
+    manifest_bytes = json.dumps(manifest, indent=1).encode()
+    _write_file(tmp / MANIFEST, manifest_bytes)
+    _fsync_dir(tmp)
+    os.rename(tmp, final)
+    _fsync_dir(root)
+    if progress:
+        progress("promoted")
+    marker = {"step": step, "shards": n, "bytes": sum(len(s) for s in shards),
+              "manifest_sha256": hashlib.sha256(manifest_bytes).hexdigest()}
+    marker_tmp = final / f".{MARKER}.tmp"
+    _write_file(marker_tmp, json.dumps(marker).encode())
+    os.rename(marker_tmp, final / MARKER)
+    _fsync_dir(final)
+    if progress:
+        progress("complete")
+    return final
+
+
+def verify(ckpt: Path, *, hashes: bool = True) -> bool:
+    """True when ``ckpt`` has its marker, its manifest matches the marker and every shard matches."""
+    ckpt = Path(ckpt)
+    try:
+        marker = json.loads((ckpt / MARKER).read_text())
+        manifest_bytes = (ckpt / MANIFEST).read_bytes()
+    except (OSError, ValueError):
+        return False
+    if hashlib.sha256(manifest_bytes).hexdigest() != marker.get("manifest_sha256"):
+        return False
+    manifest = json.loads(manifest_bytes)
+    if len(manifest["shards"]) != marker.get("shards"):
+        return False
+    for shard in manifest["shards"]:
+        path = ckpt / shard["name"]
+        if not path.is_file() or path.stat().st_size != shard["bytes"]:
+            return False
+        if hashes:
+            h = hashlib.sha256()
+            with open(path, "rb") as f:
+                while chunk := f.read(CHUNK):
+                    h.update(chunk)
+            if h.hexdigest() != shard["sha256"]:
+                return False
+    return True
+
+
+def list_checkpoints(root: Path) -> list[Path]:
+    """Promoted checkpoint directories (complete or not), oldest step first."""
+    return sorted(p for p in Path(root).glob("step-*") if p.is_dir())
+
+
+def latest_complete(root: Path, *, hashes: bool = True) -> Path | None:
+    """The newest checkpoint that has its marker and verifies; None if there is none."""
+    for ckpt in reversed(list_checkpoints(root)):
+        if verify(ckpt, hashes=hashes):
+            return ckpt
+    return None
+
+
+def clean_incomplete(root: Path) -> list[Path]:
+    """Remove in-flight temporary directories and promoted directories without a marker."""
+    import shutil
+
+    removed = []
+    for p in Path(root).iterdir():
+        if (p.name.startswith(".step-") and ".tmp-" in p.name) or (p.name.startswith("step-") and not (p / MARKER).exists()):
+            shutil.rmtree(p)
+            removed.append(p)
+    return removed
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="write one sharded checkpoint (the process a test kills)")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    w = sub.add_parser("write")
+    w.add_argument("--root", required=True, type=Path)
+    w.add_argument("--step", required=True, type=int)
+    w.add_argument("--shards", type=int, default=4)
+    w.add_argument("--shard-mib", type=float, default=1.0)
+    w.add_argument("--stall-after", type=int, default=None)
+    w.add_argument("--stall-seconds", type=float, default=60.0)
+    args = ap.parse_args(argv)
+    size = int(args.shard_mib * 1024 * 1024)
+    shards = [os.urandom(size) for _ in range(args.shards)]
+
+    lock = threading.Lock()
+
+    def progress(msg: str) -> None:
+        with lock:  # shard threads report concurrently; keep one message per line
+            sys.stdout.write(msg + "\n")
+            sys.stdout.flush()
+
+    final = write_checkpoint(args.root, args.step, shards, stall_after=args.stall_after,
+                             stall_seconds=args.stall_seconds, progress=progress)
+    print(f"done {final}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""The generated Secret and cold-tier mount options on the real juicefs client, over FUSE."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+
+import pytest
+
+import harness
+
+FILES, SIZE = 16, 1024 * 1024
+
+
+def _write_dataset(root, files=FILES, size=SIZE) -> dict[str, str]:
+    root.mkdir(parents=True, exist_ok=True)
+    digests = {}
+    for i in range(files):
+        data = os.urandom(size)
+        (root / f"sample-{i:04d}.bin").write_bytes(data)
+        digests[f"sample-{i:04d}.bin"] = hashlib.sha256(data).hexdigest()
+    return digests
+
+
+def _read_digests(root) -> dict[str, str]:
+    out = {}
+    for p in sorted(root.iterdir()):
+        h = hashlib.sha256()
+        with open(p, "rb", buffering=0) as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+        out[p.name] = h.hexdigest()
+    return out
+
+
+@pytest.fixture(scope="module")
+def dataset(mounted):
+    return _write_dataset(mounted.mountpoint / "dataset")
+
+
+def test_generated_secret_and_options_mount_and_store_in_the_bucket(stack, mounted, dataset):
+    assert harness.is_mounted(mounted.mountpoint)
+    harness.drop_page_cache()
+    assert _read_digests(mounted.mountpoint / "dataset") == dataset
+    # the bytes live in the object store under the volume name from the Secret
+    assert stack.s3.object_bytes(prefix=f"{stack.secret['name']}/chunks/") >= FILES * SIZE
+
+
+def test_cold_read_fetches_from_s3_then_warm_read_is_served_by_the_local_cache(stack, mounted, dataset, generated):
+    # a second client with a fresh, empty cache dir: nothing of the dataset is local
+    with stack.mount(generated["mount_options"], name="mnt-cold") as cold:
+        assert cold.cached_bytes() == 0
+        harness.drop_page_cache()
+        get0 = cold.object_get_bytes()
+        assert _read_digests(cold.mountpoint / "dataset") == dataset
+        fetched = cold.object_get_bytes() - get0
+        assert fetched >= FILES * SIZE
+        assert cold.wait_cached(FILES * SIZE) >= FILES * SIZE
+
+        harness.drop_page_cache()
+        get1 = cold.object_get_bytes()
+        hits0 = cold.metric("juicefs_blockcache_hit_bytes")
+        assert _read_digests(cold.mountpoint / "dataset") == dataset
+        assert cold.object_get_bytes() - get1 == 0
+        assert cold.metric("juicefs_blockcache_hit_bytes") - hits0 >= FILES * SIZE
+
+
+def test_a_value_the_client_rejects_fails_the_mount_loudly(stack, fuse_ok, generated):
+    with pytest.raises(harness.MountError, match=r"Invalid value \"lots\" for \"buffer-size\""):
+        with stack.mount([*generated["mount_options"], "buffer-size=lots"], name="mnt-bad-value"):
+            pass
+
+
+def test_an_unknown_option_falls_to_fuse_and_fuse_rejects_it_loudly(stack, fuse_ok, generated):
+    # CSI hands unknown names to FUSE (-o); a typo therefore fails in fusermount, not silently
+    with pytest.raises(harness.MountError, match="unknown option .cache-sise=100."):
+        with stack.mount([*generated["mount_options"], "cache-sise=100"], name="mnt-typo"):
+            pass
+
+
+def test_fuse_option_from_mount_options_is_accepted_like_csi(stack, fuse_ok, generated):
+    with stack.mount([*generated["mount_options"], "writeback_cache"], name="mnt-fuse-opt") as m:
+        assert m.fuse_options == ["writeback_cache"]
+        (m.mountpoint / "probe").write_bytes(b"x")
+        pids = m.pids()
+        assert pids, "the mount's juicefs processes are found through its log"
+    # cleanup unmounted and left no juicefs process of this mount behind
+    assert not harness.is_mounted(m.mountpoint)
+    assert not [p for p in pids if os.path.exists(f"/proc/{p}") and
+                open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
+
+
+def test_a_hung_mount_is_aborted_and_cleaned_up_instead_of_blocking(stack, fuse_ok, generated):
+    # the benchmark's watchdog and the cleanup's last resort: abort the FUSE connection
+    with stack.mount(generated["mount_options"], name="mnt-abort") as m:
+        assert harness.abort_fuse_connection(m.mountpoint)
+        with pytest.raises(OSError) as err:
+            os.listdir(m.mountpoint)
+        assert err.value.errno in (errno.ENOTCONN, errno.ECONNABORTED)
+    assert not harness.is_mounted(m.mountpoint)
