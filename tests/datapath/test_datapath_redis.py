@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import harness
 import pytest
 import redis
-
-import harness
 
 
 @pytest.fixture(scope="module")

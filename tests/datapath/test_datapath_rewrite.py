@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 import harness
+import pytest
 
 
 def test_redis_conf_rewrites_bind_port_dir_and_keeps_every_other_line(generated, tmp_path):
@@ -36,14 +35,22 @@ def test_secret_rewrites_only_endpoints(generated):
     out = harness.rewrite_volume_secret(secret, meta_hostport="127.0.0.1:1111", s3_endpoint="http://127.0.0.1:2222")
     password = harness.redis_password(generated["redis_conf"])
     assert out["metaurl"] == f"redis://:{password}@127.0.0.1:1111/1"
-    assert out["bucket"] == "http://127.0.0.1:2222/juicefs"
-    assert {k: v for k, v in out.items() if k not in ("metaurl", "bucket")} == \
-        {k: v for k, v in secret.items() if k not in ("metaurl", "bucket")}
+    bucket_name = secret["bucket"].rstrip("/").rsplit("/", 1)[-1]
+    assert out["bucket"] == f"http://127.0.0.1:2222/{bucket_name}"
+    assert {k: v for k, v in out.items() if k not in ("metaurl", "bucket")} == {
+        k: v for k, v in secret.items() if k not in ("metaurl", "bucket")
+    }
 
 
 def test_secret_with_aws_virtual_hosted_bucket_becomes_path_style_on_loopback():
-    secret = {"name": "v", "metaurl": "redis://:p@r:6379/2", "storage": "s3",
-              "bucket": "https://my-datasets.s3.eu-west-1.amazonaws.com", "access-key": "a", "secret-key": "b"}
+    secret = {
+        "name": "v",
+        "metaurl": "redis://:p@r:6379/2",
+        "storage": "s3",
+        "bucket": "https://my-datasets.s3.eu-west-1.amazonaws.com",
+        "access-key": "a",
+        "secret-key": "b",
+    }
     out = harness.rewrite_volume_secret(secret, meta_hostport="127.0.0.1:1", s3_endpoint="http://127.0.0.1:2")
     assert out["bucket"] == "http://127.0.0.1:2/my-datasets"
     assert harness.bucket_name(secret["bucket"]) == "my-datasets"
@@ -53,7 +60,8 @@ def test_secret_with_aws_virtual_hosted_bucket_becomes_path_style_on_loopback():
 def test_mount_options_become_flags_or_fuse_options_like_csi(juicefs_flags, tmp_path):
     args = harness.mount_options_to_args(
         ["cache-dir=/var/jfsCache:/mnt/nvme1/jfs", "cache-size=10240", "writeback", "writeback_cache", "allow_other"],
-        cache_root=tmp_path, spec=juicefs_flags,
+        cache_root=tmp_path,
+        spec=juicefs_flags,
     )
     assert args.flags == [f"--cache-dir={tmp_path}/cache0:{tmp_path}/cache1", "--cache-size=10240", "--writeback"]
     assert args.fuse_options == ["writeback_cache", "allow_other"]
@@ -69,4 +77,3 @@ def test_mount_option_without_required_value_is_refused(juicefs_flags, tmp_path)
 def test_mount_options_the_harness_owns_or_malformed_are_refused(entry, juicefs_flags, tmp_path):
     with pytest.raises(harness.HarnessError):
         harness.mount_options_to_args([entry], cache_root=tmp_path, spec=juicefs_flags)
-
