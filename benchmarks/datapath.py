@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests" / "datapath"))
+sys.path[:0] = [str(REPO), str(REPO / "tests" / "datapath")]  # the components, and the harness
 
 import checkpoint  # noqa: E402
 import harness  # noqa: E402
