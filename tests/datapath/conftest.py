@@ -68,6 +68,10 @@ def generated_config() -> dict:
         # recommended addition (benchmarks/datapath.py): 1 MiB FUSE requests instead of 128 KiB; takes
         # effect together with a >= 1 MiB kernel readahead on the mount (mount pod postStart, see docs)
         "max-fuse-io=1M",
+        # recommended addition: skip the CRC check of cached blocks on every read; the client spends
+        # ~20 % less CPU per GB and warm reads rise ~10-15 % on 2 cores (trade-off: a corrupted cache
+        # block is not detected; datasets carry their own manifest checksums)
+        "verify-cache-checksum=none",
     ]
     return {"redis_conf": redis_conf, "volume_secret": volume_secret, "mount_options": mount_options}
 
