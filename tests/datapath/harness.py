@@ -32,6 +32,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -531,6 +532,8 @@ def fuse_unavailable_reason() -> str | None:
     """Why FUSE cannot work here (no /dev/fuse, no permission, no fusermount), or None."""
     if not os.path.exists("/dev/fuse"):
         return "/dev/fuse does not exist (no FUSE device in this container)"
+    if not stat.S_ISCHR(os.stat("/dev/fuse").st_mode):
+        return "/dev/fuse is not a character device"
     try:
         fd = os.open("/dev/fuse", os.O_RDWR)
         os.close(fd)
@@ -746,7 +749,12 @@ def juicefs_mount(
             detail = "\n".join((proc.stdout + proc.stderr + log).splitlines()[-30:])
             message = f"{_redact(' '.join(argv))}\nexited {proc.returncode}:\n{_redact(detail)}"
             only_fuse = not args.fuse_options and any(h in detail.lower() for h in _FUSE_FAILURE_HINTS)
-            raise (FuseUnavailable if only_fuse else MountError)(message)
+            if only_fuse:
+                key = [ln.strip() for ln in detail.splitlines() if "fusermount" in ln.lower() or "/dev/fuse" in ln]
+                raise FuseUnavailable(
+                    f"FUSE cannot mount here: {'; '.join(key[:2]) or detail[-300:]} (full log: {log_path})"
+                )
+            raise MountError(message)
         yield handle
     finally:
         try:
