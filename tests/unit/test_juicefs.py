@@ -47,6 +47,8 @@ def test_mount_options_carry_every_cache_setting():
         "open-cache",
         "attr-cache",
         "entry-cache",
+        "max-fuse-io",
+        "verify-cache-checksum",
         "writeback",
         "no-bgjob",
     ]
