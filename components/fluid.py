@@ -283,17 +283,8 @@ class Fluid(pulumi.ComponentResource):
         # privileged: the CSI plugin DaemonSet mounts FUSE file systems on the node (privileged, hostPath).
         ns = kube.namespace(f"{name}-ns", s.namespace, "privileged", self)
         pin = versions.FLUID
-        release = k8s.helm.v3.Release(
-            f"{name}-release",
-            name="fluid",
-            namespace=ns.metadata.name,
-            chart=pin.chart,
-            version=pin.version,
-            repository_opts={"repo": pin.repo},
-            values=chart_values(s),
-            skip_await=False,
-            timeout=600,
-            opts=pulumi.ResourceOptions(parent=self),
+        release = kube.release(
+            f"{name}-release", pin, ns.metadata.name, chart_values(s), self, skip_await=False, timeout=600
         )
         self.namespaces = {}
         secrets: dict[tuple[str, str], k8s.core.v1.Secret] = {}

@@ -173,16 +173,7 @@ class JuiceFS(pulumi.ComponentResource):
         self._settings = s
         ns = kube.namespace(f"{name}-ns", s.namespace, "privileged", self)
         pin = versions.JUICEFS_CSI
-        self._driver = k8s.helm.v3.Release(
-            f"{name}-csi-driver",
-            name="juicefs-csi-driver",
-            namespace=ns.metadata.name,
-            chart=pin.chart,
-            version=pin.version,
-            repository_opts={"repo": pin.repo},
-            values=chart_values(),
-            opts=pulumi.ResourceOptions(parent=self),
-        )
+        self._driver = kube.release(f"{name}-csi-driver", pin, ns.metadata.name, chart_values(), self)
         secret = k8s.core.v1.Secret(
             f"{name}-volume",
             metadata={"name": SECRET_NAME, "namespace": ns.metadata.name},

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from .settings import Resources
+from .versions import ChartPin
 
 PodSecurity = Literal["privileged", "baseline", "restricted"]
 
@@ -111,6 +112,44 @@ def ingress_policy(
     )
 
 
+def data_claim_template(size: str, storage_class: str | None) -> dict[str, Any]:
+    """The ``data`` volumeClaimTemplate of a StatefulSet: one RWO volume per replica."""
+    return {
+        "metadata": {"name": "data"},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": storage_class,
+            "resources": {"requests": {"storage": size}},
+        },
+    }
+
+
 def stateful(parent: pulumi.Resource, protect: bool, **kwargs: Any) -> pulumi.ResourceOptions:
     """Options for a resource that holds data: protected and kept on delete when the stack says so."""
     return pulumi.ResourceOptions(parent=parent, protect=protect, retain_on_delete=protect, **kwargs)
+
+
+def release(
+    resource_name: str,
+    pin: ChartPin,
+    namespace: pulumi.Input[str],
+    values: Mapping[str, Any],
+    parent: pulumi.Resource,
+    *,
+    release_name: str | None = None,
+    depends_on: Sequence[pulumi.Resource] = (),
+    **options: Any,
+) -> k8s.helm.v3.Release:
+    """A Helm release of a pinned chart (a helm.v3.Release runs the chart's hooks; helm.v4.Chart skips them)."""
+    oci = pin.repo.startswith("oci://")
+    return k8s.helm.v3.Release(
+        resource_name,
+        name=release_name or pin.chart,
+        namespace=namespace,
+        chart=f"{pin.repo}/{pin.chart}" if oci else pin.chart,
+        version=pin.version,
+        repository_opts=None if oci else {"repo": pin.repo},
+        values=values,
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on)),
+        **options,
+    )

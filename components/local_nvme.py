@@ -158,16 +158,7 @@ class LocalNVMe(pulumi.ComponentResource):
         values: dict[str, Any],
         after: list[pulumi.Resource],
     ) -> k8s.helm.v3.Release:
-        return k8s.helm.v3.Release(
-            resource_name,
-            name=pin.chart,
-            namespace=ns.metadata.name,
-            chart=pin.chart,
-            version=pin.version,
-            repository_opts={"repo": pin.repo},
-            values=values,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=after),
-        )
+        return kube.release(resource_name, pin, ns.metadata.name, values, self, depends_on=after)
 
     def tier_class(self, tier: Tier) -> TierClass:
         """Node-local (RWO) xfs volumes of the default device class, bound where the pod is scheduled."""

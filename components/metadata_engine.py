@@ -150,16 +150,7 @@ class MetadataEngine(pulumi.ComponentResource):
                         "volumes": [{"name": "config", "secret": {"secretName": "redis-config"}}],
                     },
                 },
-                "volumeClaimTemplates": [
-                    {
-                        "metadata": {"name": "data"},
-                        "spec": {
-                            "accessModes": ["ReadWriteOnce"],
-                            "storageClassName": s.storage_class,
-                            "resources": {"requests": {"storage": s.storage_size}},
-                        },
-                    }
-                ],
+                "volumeClaimTemplates": [kube.data_claim_template(s.storage_size, s.storage_class)],
             },
             opts=kube.stateful(self, args.protect, depends_on=[config, service, policy]),
         )

@@ -257,16 +257,7 @@ class ObjectStore(pulumi.ComponentResource):
                         "volumes": [{"name": "tmp", "emptyDir": {}}, ROOT_VOLUME],
                     },
                 },
-                "volumeClaimTemplates": [
-                    {
-                        "metadata": {"name": "data"},
-                        "spec": {
-                            "accessModes": ["ReadWriteOnce"],
-                            "storageClassName": m.storage_class,
-                            "resources": {"requests": {"storage": m.storage_size}},
-                        },
-                    }
-                ],
+                "volumeClaimTemplates": [kube.data_claim_template(m.storage_size, m.storage_class)],
             },
             opts=kube.stateful(self, protect, depends_on=[root, headless, policy]),
         )

@@ -429,15 +429,8 @@ class RookCeph(pulumi.ComponentResource):
         values: dict[str, Any],
         after: list[pulumi.Resource],
     ) -> k8s.helm.v3.Release:
-        return k8s.helm.v3.Release(
-            f"{name}-{role}",
-            name=release,
-            namespace=ns.metadata.name,
-            chart=pin.chart,
-            version=pin.version,
-            repository_opts={"repo": pin.repo},
-            values=values,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=after),
+        return kube.release(
+            f"{name}-{role}", pin, ns.metadata.name, values, self, release_name=release, depends_on=after
         )
 
     def _custom(

@@ -272,14 +272,13 @@ class Training(pulumi.ComponentResource):
         # restricted: the manager and the JobSet controller run non-root, no capabilities, RuntimeDefault seccomp.
         ns = kube.namespace(f"{name}-ns", s.namespace, "restricted", self)
         pin = versions.KUBEFLOW_TRAINER
-        return k8s.helm.v3.Release(
+        return kube.release(
             f"{name}-trainer",
-            name="kubeflow-trainer",
-            namespace=ns.metadata.name,
-            chart=f"{pin.repo}/{pin.chart}",
-            version=pin.version,
-            values=chart_values(),
+            pin,
+            ns.metadata.name,
+            chart_values(),
+            self,
+            depends_on=[volcano],
             skip_await=False,
             timeout=600,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[volcano]),
         )

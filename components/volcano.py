@@ -155,17 +155,8 @@ class Volcano(pulumi.ComponentResource):
         pin = versions.VOLCANO
         # skip_await stays false: the release is done only when every Deployment (the admission webhook
         # included) is ready, so Queues created after it never meet a webhook that is not serving yet.
-        self.release = k8s.helm.v3.Release(
-            f"{name}-release",
-            name="volcano",
-            namespace=ns.metadata.name,
-            chart=pin.chart,
-            version=pin.version,
-            repository_opts={"repo": pin.repo},
-            values=chart_values(),
-            skip_await=False,
-            timeout=600,
-            opts=pulumi.ResourceOptions(parent=self),
+        self.release = kube.release(
+            f"{name}-release", pin, ns.metadata.name, chart_values(), self, skip_await=False, timeout=600
         )
         after_release = pulumi.ResourceOptions(parent=self, depends_on=[self.release])
         self.queues = [queue(f"{name}-queue-{q.name}", q, after_release).metadata["name"] for q in s.queues]
