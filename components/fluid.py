@@ -19,6 +19,7 @@ import yaml
 from pydantic import Field, ValidationInfo, field_validator
 
 from . import kube, versions
+from .juicefs import JuiceFSSource
 from .settings import DnsLabel, Quantity, Section
 
 API = "data.fluid.io/v1alpha1"
@@ -167,18 +168,6 @@ def dataset_spec(d: DatasetSettings, secret: pulumi.Input[str], source: JuiceFSS
             ],
         }
     return {"accessModes": ["ReadOnlyMany"], "mounts": [mount]}
-
-
-@dataclass
-class JuiceFSSource:
-    """The platform's JuiceFS volume, as a JuiceFSRuntime reaches it."""
-
-    volume_name: str
-    metaurl: pulumi.Input[str]
-    storage: str
-    bucket_url: pulumi.Input[str]
-    access_key: pulumi.Input[str]
-    secret_key: pulumi.Input[str]
 
 
 @dataclass

@@ -148,10 +148,10 @@ def chart_values() -> dict[str, object]:
 
 
 @dataclass
-class JuiceFSArgs:
-    """Inputs of JuiceFS."""
+class JuiceFSSource:
+    """The platform's JuiceFS volume: what a client (the CSI driver, a Fluid JuiceFSRuntime) needs to reach it."""
 
-    settings: JuiceFSSettings
+    volume_name: str
     metaurl: pulumi.Input[str]
     """Metadata engine URL (secret)."""
     storage: str
@@ -159,6 +159,15 @@ class JuiceFSArgs:
     bucket_url: pulumi.Input[str]
     access_key: pulumi.Input[str]
     secret_key: pulumi.Input[str]
+
+
+@dataclass
+class JuiceFSArgs:
+    """Inputs of JuiceFS."""
+
+    settings: JuiceFSSettings
+    volume: JuiceFSSource
+    """The volume the driver's Secret and StorageClasses point at."""
 
 
 class JuiceFS(pulumi.ComponentResource):
@@ -169,7 +178,7 @@ class JuiceFS(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: JuiceFSArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ai-storage:juicefs:JuiceFS", name, None, opts)
-        s = args.settings
+        s, v = args.settings, args.volume
         self._settings = s
         ns = kube.namespace(f"{name}-ns", s.namespace, "privileged", self)
         pin = versions.JUICEFS_CSI
@@ -181,12 +190,12 @@ class JuiceFS(pulumi.ComponentResource):
             string_data={
                 key: pulumi.Output.secret(value)
                 for key, value in {
-                    "name": s.volume_name,
-                    "metaurl": args.metaurl,
-                    "storage": args.storage,
-                    "bucket": args.bucket_url,
-                    "access-key": args.access_key,
-                    "secret-key": args.secret_key,
+                    "name": v.volume_name,
+                    "metaurl": v.metaurl,
+                    "storage": v.storage,
+                    "bucket": v.bucket_url,
+                    "access-key": v.access_key,
+                    "secret-key": v.secret_key,
                 }.items()
             },
             opts=pulumi.ResourceOptions(parent=self),
@@ -194,12 +203,12 @@ class JuiceFS(pulumi.ComponentResource):
         self._secret = secret
         self.secret_name = secret.metadata.name
         if s.metadata_backup.enabled:
-            self._backup(name, s, args, secret)
+            self._backup(name, s, v, secret)
         self.register_outputs({"secret_name": self.secret_name})
 
-    def _backup(self, name: str, s: JuiceFSSettings, args: JuiceFSArgs, secret: k8s.core.v1.Secret) -> None:
+    def _backup(self, name: str, s: JuiceFSSettings, v: JuiceFSSource, secret: k8s.core.v1.Secret) -> None:
         """A CronJob that dumps the metadata and uploads it next to the data, under meta-backups/."""
-        target = pulumi.Output.from_input(args.bucket_url).apply(lambda url: backup_destination(args.storage, url))
+        target = pulumi.Output.from_input(v.bucket_url).apply(lambda url: backup_destination(v.storage, url))
 
         resources = Resources(cpu_request="100m", cpu_limit="1", memory_request="256Mi", memory_limit="2Gi")
         k8s.batch.v1.CronJob(
@@ -231,7 +240,7 @@ class JuiceFS(pulumi.ComponentResource):
                                         "command": ["/bin/sh", "-c", target.apply(lambda t: backup_script(t[1]))],
                                         "env": [
                                             {"name": "HOME", "value": "/tmp"},
-                                            {"name": "VOLUME", "value": s.volume_name},
+                                            {"name": "VOLUME", "value": v.volume_name},
                                             {"name": "DESTINATION", "value": target.apply(lambda t: t[0])},
                                             {"name": "SECRETS", "value": "/run/secrets/juicefs"},
                                         ],

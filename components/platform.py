@@ -11,8 +11,8 @@ import pulumi
 from pydantic import Field
 
 from .acceptance import AcceptanceSettings, StorageAcceptance, StorageAcceptanceArgs
-from .fluid import BucketSource, Fluid, FluidArgs, FluidSettings, JuiceFSSource
-from .juicefs import BACKUP_PREFIX, JuiceFS, JuiceFSArgs, JuiceFSSettings
+from .fluid import BucketSource, Fluid, FluidArgs, FluidSettings
+from .juicefs import BACKUP_PREFIX, JuiceFS, JuiceFSArgs, JuiceFSSettings, JuiceFSSource
 from .local_nvme import LocalNVMe, LocalNVMeArgs, LocalNVMeSettings
 from .metadata_engine import MetadataEngine, MetadataEngineArgs, MetadataSettings
 from .object_store import ObjectStore, ObjectStoreArgs, ObjectStoreSettings
@@ -267,21 +267,19 @@ class Platform(pulumi.ComponentResource):
             f"{name}-object-store", ObjectStoreArgs(s.object_store, protect, backup_expiry(s.juicefs), gateway), child
         )
         self.metadata = None
+        self._volume: JuiceFSSource | None = None
         if s.juicefs.enabled:
             self.metadata = MetadataEngine(f"{name}-metadata", MetadataEngineArgs(s.metadata, protect), child)
             store = self.object_store
-            backends["juicefs"] = JuiceFS(
-                f"{name}-juicefs",
-                JuiceFSArgs(
-                    s.juicefs,
-                    metaurl=self.metadata.url,
-                    storage=store.storage_type,
-                    bucket_url=store.bucket_url,
-                    access_key=store.access_key,
-                    secret_key=store.secret_key,
-                ),
-                child,
+            self._volume = JuiceFSSource(
+                s.juicefs.volume_name,
+                self.metadata.url,
+                store.storage_type,
+                store.bucket_url,
+                store.access_key,
+                store.secret_key,
             )
+            backends["juicefs"] = JuiceFS(f"{name}-juicefs", JuiceFSArgs(s.juicefs, self._volume), child)
         tiers = StorageTiers(f"{name}-tiers", StorageTiersArgs(s.tiers, backends), child)
         self.storage_classes = tiers.classes
         if s.acceptance.enabled:
@@ -296,18 +294,8 @@ class Platform(pulumi.ComponentResource):
         self.fluid = None
         if s.fluid.enabled:
             store = self.object_store
-            juicefs = None
-            if self.metadata is not None:
-                juicefs = JuiceFSSource(
-                    s.juicefs.volume_name,
-                    self.metadata.url,
-                    store.storage_type,
-                    store.bucket_url,
-                    store.access_key,
-                    store.secret_key,
-                )
             bucket = BucketSource(store.endpoint, store.bucket, store.access_key, store.secret_key)
-            self.fluid = Fluid(f"{name}-fluid", FluidArgs(s.fluid, bucket, juicefs), child)
+            self.fluid = Fluid(f"{name}-fluid", FluidArgs(s.fluid, bucket, self._volume), child)
         if s.training.enabled and self.volcano is not None:
             t = s.training
             shared = self.fluid.namespaces.get(t.workload_namespace) if self.fluid else None
