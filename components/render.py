@@ -28,7 +28,7 @@ from .settings import PROJECT, Problem, SettingsError
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "[secret]"
 _SIG = "4dabf18193072939515e22adb298388d"
-_SECRET_SIG = SECRET_SIGNATURE = "1b47061264138c4ac30d75fd1eb44270"
+SECRET_SIGNATURE = "1b47061264138c4ac30d75fd1eb44270"
 _RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"
 RELEASE = "kubernetes:helm.sh/v3:Release"
 
@@ -36,7 +36,7 @@ RELEASE = "kubernetes:helm.sh/v3:Release"
 def clean(value: Any) -> Any:
     """Wire-format values as plain data: secrets hidden, resource references as URNs, nulls dropped."""
     if isinstance(value, dict):
-        if value.get(_SIG) == _SECRET_SIG:
+        if value.get(_SIG) == SECRET_SIGNATURE:
             inner = value.get("value")
             return {k: SECRET for k in sorted(inner)} if isinstance(inner, dict) else SECRET
         if value.get(_SIG) == _RESOURCE_SIG:
