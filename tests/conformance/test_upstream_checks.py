@@ -230,7 +230,7 @@ def test_crd_index_covers_every_component_and_skips_helm_templates():
     assert crd_schema("scheduling.volcano.sh/v1alpha1", "Queue") is None
 
 
-def test_every_upstream_pattern_compiles_in_python():
+def test_every_upstream_pattern_compiles_as_the_api_server_compiles_it():
     patterns = []
 
     def collect(node: object) -> None:
@@ -247,7 +247,42 @@ def test_every_upstream_pattern_compiles_in_python():
         collect(schema)
     assert len(patterns) > 100
     for pattern in patterns:
-        re.compile(pattern)
+        upstream.go_regexp(pattern)
+    # The Go (RE2) flag group that Python's re refuses mid-pattern is among them.
+    assert "^(?i)(abort|warn)?$" in patterns
+    with pytest.raises(re.error):
+        re.compile("^(?i)(abort|warn)?$")
+
+
+RULES = {
+    "apiVersion": "monitoring.coreos.com/v1",
+    "kind": "PrometheusRule",
+    "metadata": {"name": "storage", "namespace": "monitoring"},
+    "spec": {
+        "groups": [
+            {
+                "name": "storage",
+                "partial_response_strategy": "WARN",
+                "rules": [{"alert": "RedisDown", "expr": "redis_up == 0", "for": "2m"}],
+            }
+        ]
+    },
+}
+
+
+def test_crd_patterns_match_with_go_semantics():
+    # (?i) after ^ makes the rest case-insensitive in RE2, as on the API server.
+    assert validate_custom_resource(RULES) == []
+    assert validate_custom_resource(
+        changed(RULES, "spec.groups.0.partial_response_strategy", "")
+    ) == []
+    errors = validate_custom_resource(
+        changed(RULES, "spec.groups.0.partial_response_strategy", "retry")
+    )
+    assert errors == [
+        "PrometheusRule/storage: spec.groups[0].partial_response_strategy: "
+        "'retry' does not match '^(?i)(abort|warn)?$'"
+    ]
 
 
 # ---------------------------------------------------------------- custom resources
