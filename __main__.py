@@ -3,8 +3,8 @@
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.platform import Platform, PlatformArgs, load_settings
-from components.settings import stack_config
+from components.platform import Platform, PlatformArgs
+from components.settings import load_settings, stack_config
 
 settings = load_settings(pulumi.get_stack(), stack_config())
 provider = k8s.Provider(

@@ -11,8 +11,8 @@ import pulumi
 
 def config_reference() -> str:
     """docs/config.md: the platform's keys, then a team workspace's."""
-    from .platform import PlatformSettings
-    from .settings import reference
+    from .section import reference
+    from .settings import PlatformSettings
     from .team import TeamSettings
 
     team = (

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field
 
 from . import kube, versions
-from .settings import DnsLabel, Quantity, Resources, Section
+from .section import DnsLabel, Quantity, Resources, Section
 from .storage_tiers import TIERS, Tier
 
 
@@ -126,6 +127,39 @@ class StorageAcceptanceArgs:
     """StorageClass name per tier (the tiers the stack serves)."""
 
 
+RESOURCES = Resources(cpu_request="500m", cpu_limit="2", memory_request="256Mi", memory_limit="1Gi")
+
+
+def job_spec(tier: Tier, storage_class: pulumi.Input[str], volume_size: str) -> dict[str, Any]:
+    """The ``spec`` of a tier's fio Job: the job file and script from the tier's ConfigMap, fio's scratch on a
+    generic ephemeral volume of the tier's class (created with the pod, deleted with it)."""
+    fio = kube.container(
+        "fio",
+        versions.FIO_IMAGE,
+        RESOURCES,
+        command=["/bin/sh", "/config/run.sh"],
+        env=[{"name": "DATA_DIR", "value": "/data"}, {"name": "JOB_FILE", "value": "/config/job.fio"}],
+        volumeMounts=[
+            {"name": "data", "mountPath": "/data"},
+            {"name": "config", "mountPath": "/config", "readOnly": True},
+            kube.TMP_MOUNT,
+        ],
+    )
+    claim = {
+        "accessModes": ["ReadWriteOnce"],
+        "storageClassName": storage_class,
+        "resources": {"requests": {"storage": volume_size}},
+    }
+    volumes = [
+        {"name": "data", "ephemeral": {"volumeClaimTemplate": {"spec": claim}}},
+        {"name": "config", "configMap": {"name": f"acceptance-{tier}"}},
+        kube.TMP_VOLUME,
+    ]
+    labels = kube.labels("storage-acceptance", tier)
+    template = kube.pod_template(labels, [fio], volumes, restartPolicy="Never")
+    return {"backoffLimit": 0, "activeDeadlineSeconds": 3600, "template": template}
+
+
 class StorageAcceptance(pulumi.ComponentResource):
     """A job file and an fio Job (with an ephemeral volume of the tier's class) per tier."""
 
@@ -145,74 +179,19 @@ class StorageAcceptance(pulumi.ComponentResource):
         for tier in TIERS:
             if tier not in args.storage_classes:
                 continue
-            thresholds = s.thresholds.get(tier, Thresholds())
             config = k8s.core.v1.ConfigMap(
                 f"{name}-{tier}-fio",
                 metadata={"name": f"acceptance-{tier}", "namespace": ns.metadata.name},
                 data={
                     "job.fio": fio_job_file(tier, s.file_size_mib),
-                    "run.sh": acceptance_script(tier, thresholds),
+                    "run.sh": acceptance_script(tier, s.thresholds.get(tier, Thresholds())),
                 },
                 opts=pulumi.ResourceOptions(parent=self),
             )
-            labels = kube.labels("storage-acceptance", tier)
-            resources = Resources(cpu_request="500m", cpu_limit="2", memory_request="256Mi", memory_limit="1Gi")
             job = k8s.batch.v1.Job(
                 f"{name}-{tier}",
-                metadata={
-                    "name": f"acceptance-{tier}",
-                    "namespace": ns.metadata.name,
-                    "annotations": {**skip_await, **kube.checkov_skips(resources)},
-                },
-                spec={
-                    "backoffLimit": 0,
-                    "activeDeadlineSeconds": 3600,
-                    "template": {
-                        "metadata": {"labels": labels},
-                        "spec": {
-                            "restartPolicy": "Never",
-                            "automountServiceAccountToken": False,
-                            "securityContext": kube.restricted_pod(kube.UID),
-                            "containers": [
-                                {
-                                    "name": "fio",
-                                    "image": versions.FIO_IMAGE,
-                                    "imagePullPolicy": "Always",
-                                    "command": ["/bin/sh", "/config/run.sh"],
-                                    "env": [
-                                        {"name": "DATA_DIR", "value": "/data"},
-                                        {"name": "JOB_FILE", "value": "/config/job.fio"},
-                                    ],
-                                    "resources": resources.spec(),
-                                    "securityContext": kube.restricted_container(kube.UID),
-                                    "volumeMounts": [
-                                        {"name": "data", "mountPath": "/data"},
-                                        {"name": "config", "mountPath": "/config", "readOnly": True},
-                                        {"name": "tmp", "mountPath": "/tmp"},
-                                    ],
-                                }
-                            ],
-                            "volumes": [
-                                # Scratch space for fio: a generic ephemeral volume of the tier's class, created
-                                # with the pod and deleted with it (it binds when the pod is scheduled).
-                                {
-                                    "name": "data",
-                                    "ephemeral": {
-                                        "volumeClaimTemplate": {
-                                            "spec": {
-                                                "accessModes": ["ReadWriteOnce"],
-                                                "storageClassName": args.storage_classes[tier],
-                                                "resources": {"requests": {"storage": s.volume_size}},
-                                            }
-                                        }
-                                    },
-                                },
-                                {"name": "config", "configMap": {"name": f"acceptance-{tier}"}},
-                                {"name": "tmp", "emptyDir": {}},
-                            ],
-                        },
-                    },
-                },
+                metadata=kube.workload_metadata(f"acceptance-{tier}", ns.metadata.name, RESOURCES, None, skip_await),
+                spec=job_spec(tier, args.storage_classes[tier], s.volume_size),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[config]),
             )
             self.jobs[tier] = job.metadata.name

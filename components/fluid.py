@@ -16,11 +16,11 @@ from typing import Any, Literal
 import pulumi
 import pulumi_kubernetes as k8s
 import yaml
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field
 
 from . import kube, versions
 from .juicefs import JuiceFSSource
-from .settings import DnsLabel, Quantity, Section
+from .section import DnsLabel, Problem, Quantity, Section
 
 API = "data.fluid.io/v1alpha1"
 CSI_DRIVER = "fuse.csi.fluid.io"
@@ -47,13 +47,11 @@ class CacheLevel(Section):
     low: float = Field(0.7, ge=0.0, lt=1.0)
     """Usage ratio eviction brings the level back down to (below `high`)."""
 
-    @field_validator("low")
-    @classmethod
-    def _below_high(cls, value: float, info: ValidationInfo) -> float:
-        high = info.data.get("high")
-        if high is not None and value >= high:
-            raise ValueError(f"expected a ratio below high ({high})")
-        return value
+    def problems(self) -> list[Problem]:
+        """Eviction brings usage down from `high` to `low`."""
+        if self.low >= self.high:
+            return [Problem("low", f"expected a ratio below high ({self.high})", self.low, "eviction stops at low")]
+        return []
 
 
 class DatasetCache(Section):
@@ -93,6 +91,18 @@ class FluidSettings(Section):
     """Place dataset pods on the nodes caching it: `preferred`, or `required` (runtimes get the sched label)."""
     datasets: list[DatasetSettings] = []
     """Datasets to create."""
+
+    def problems(self) -> list[Problem]:
+        """A dataset name is unique in its namespace (it names the Dataset, the runtime and the claim)."""
+        seen: set[tuple[str, str]] = set()
+        found = []
+        for i, d in enumerate(self.datasets if self.enabled else []):
+            if (d.namespace, d.name) in seen:
+                found.append(
+                    Problem(f"datasets[{i}].name", "expected a name unique in its namespace", d.name, "rename it")
+                )
+            seen.add((d.namespace, d.name))
+        return found
 
 
 def chart_values(settings: FluidSettings) -> dict[str, Any]:
@@ -141,32 +151,40 @@ def _secret_ref(secret: pulumi.Input[str], key: str, option: str | None = None) 
     return {"name": option or key, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
 
 
+def juicefs_mount(d: DatasetCache, secret: pulumi.Input[str], source: JuiceFSSource) -> dict[str, Any]:
+    """A Dataset mount of a directory of the platform's JuiceFS volume (Fluid formats/mounts it by the volume's
+    name), with the metadata URL and keys from ``secret``."""
+    return {
+        "name": source.volume_name,
+        "mountPoint": f"juicefs://{d.path}",
+        "options": {"storage": source.storage, "bucket": source.bucket_url},
+        "encryptOptions": [_secret_ref(secret, k) for k in ("metaurl", "access-key", "secret-key")],
+    }
+
+
+def bucket_mount(name: str, d: DatasetCache, secret: pulumi.Input[str], source: BucketSource) -> dict[str, Any]:
+    """A Dataset mount of a directory of the object store bucket (path-style: MinIO and in-cluster endpoints
+    have no per-bucket DNS names), with the keys from ``secret``."""
+    return {
+        "name": name,
+        "mountPoint": pulumi.Output.concat("s3://", source.bucket, d.path),
+        "options": {
+            "alluxio.underfs.s3.endpoint": source.endpoint,
+            "alluxio.underfs.s3.disable.dns.buckets": "true",
+        },
+        "encryptOptions": [
+            _secret_ref(secret, "access-key", "aws.accessKeyId"),
+            _secret_ref(secret, "secret-key", "aws.secretKey"),
+        ],
+    }
+
+
 def dataset_spec(d: DatasetSettings, secret: pulumi.Input[str], source: JuiceFSSource | BucketSource) -> dict[str, Any]:
     """The ``spec`` of a Dataset: one mount of the JuiceFS volume or the bucket, credentials from ``secret``."""
-    if d.runtime == "juicefs":
-        assert isinstance(source, JuiceFSSource)
-        mount = {
-            # Fluid formats/mounts the volume by this name: it is the platform volume's name.
-            "name": source.volume_name,
-            "mountPoint": f"juicefs://{d.path}",
-            "options": {"storage": source.storage, "bucket": source.bucket_url},
-            "encryptOptions": [_secret_ref(secret, k) for k in ("metaurl", "access-key", "secret-key")],
-        }
+    if isinstance(source, JuiceFSSource):
+        mount = juicefs_mount(d, secret, source)
     else:
-        assert isinstance(source, BucketSource)
-        mount = {
-            "name": d.name,
-            "mountPoint": pulumi.Output.concat("s3://", source.bucket, d.path),
-            "options": {
-                "alluxio.underfs.s3.endpoint": source.endpoint,
-                # Path-style requests: MinIO and in-cluster endpoints have no per-bucket DNS names.
-                "alluxio.underfs.s3.disable.dns.buckets": "true",
-            },
-            "encryptOptions": [
-                _secret_ref(secret, "access-key", "aws.accessKeyId"),
-                _secret_ref(secret, "secret-key", "aws.secretKey"),
-            ],
-        }
+        mount = bucket_mount(d.name, d, secret, source)
     return {"accessModes": ["ReadOnlyMany"], "mounts": [mount]}
 
 
@@ -204,6 +222,11 @@ def credentials(
     )
 
 
+def runtime_of(source: JuiceFSSource | BucketSource) -> str:
+    """The runtime that caches a source: JuiceFSRuntime for the JuiceFS volume, AlluxioRuntime for a bucket."""
+    return "juicefs" if isinstance(source, JuiceFSSource) else "alluxio"
+
+
 def dataset(
     name: str,
     suffix: str,
@@ -226,7 +249,7 @@ def dataset(
     runtime = k8s.apiextensions.CustomResource(
         f"{name}-runtime-{suffix}",
         api_version=API,
-        kind=RUNTIME_KIND[d.runtime],
+        kind=RUNTIME_KIND[runtime_of(source)],
         # A runtime binds to the Dataset of the same name and namespace.
         metadata={"name": d.name, "namespace": namespace, "labels": kube.labels("fluid", "runtime")},
         spec={"replicas": d.replicas, "tieredstore": cache_spec(d.cache)},
@@ -285,7 +308,8 @@ class Fluid(pulumi.ComponentResource):
                 self.namespaces[d.namespace] = kube.namespace(ns_name, d.namespace, "privileged", self)
             dns = self.namespaces[d.namespace]
             source = args.juicefs if d.runtime == "juicefs" else args.bucket
-            assert source is not None, "settings checks reject a JuiceFS dataset without JuiceFS"
+            if source is None:
+                raise TypeError(f"FluidArgs.juicefs is required for dataset {d.name!r} with runtime juicefs")
             key = (d.namespace, d.runtime)
             if key not in secrets:
                 secrets[key] = credentials(

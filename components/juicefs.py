@@ -8,14 +8,14 @@ Mount options go in the StorageClass ``mountOptions`` list: the driver has no mo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field
 
 from . import kube, versions
-from .settings import DnsLabel, Resources, Section
+from .section import DnsLabel, Resources, Section
 from .storage_tiers import Tier, TierClass
 
 DRIVER = "csi.juicefs.com"
@@ -96,6 +96,49 @@ def backup_script(sync_flags: list[str]) -> str:
             "",
         ]
     )
+
+
+BACKUP_RESOURCES = Resources(cpu_request="100m", cpu_limit="1", memory_request="256Mi", memory_limit="2Gi")
+SECRETS_DIR = "/run/secrets/juicefs"
+"""Where the backup reads the volume Secret (files, never environment variables)."""
+
+
+def backup_cronjob_spec(
+    backup: BackupSettings, volume_name: str, target: pulumi.Output[tuple[str, list[str]]]
+) -> dict[str, Any]:
+    """The backup CronJob's ``spec``: one run at a time, ``juicefs dump`` then ``juicefs sync`` to ``target``
+    (the destination and its sync flags)."""
+    dump = kube.container(
+        "dump",
+        versions.JUICEFS_IMAGE,
+        BACKUP_RESOURCES,
+        command=["/bin/sh", "-c", target.apply(lambda t: backup_script(t[1]))],
+        env=[
+            {"name": "HOME", "value": "/tmp"},
+            {"name": "VOLUME", "value": volume_name},
+            {"name": "DESTINATION", "value": target.apply(lambda t: t[0])},
+            {"name": "SECRETS", "value": SECRETS_DIR},
+        ],
+        volumeMounts=[
+            {"name": "backup", "mountPath": "/backup"},
+            kube.TMP_MOUNT,
+            {"name": "volume", "mountPath": SECRETS_DIR, "readOnly": True},
+        ],
+    )
+    volumes = [
+        {"name": "backup", "emptyDir": {}},
+        kube.TMP_VOLUME,
+        {"name": "volume", "secret": {"secretName": SECRET_NAME}},
+    ]
+    labels = kube.labels("juicefs-metadata-backup", "metadata-backup")
+    template = kube.pod_template(labels, [dump], volumes, restartPolicy="OnFailure")
+    return {
+        "schedule": backup.schedule,
+        "concurrencyPolicy": "Forbid",
+        "successfulJobsHistoryLimit": 3,
+        "failedJobsHistoryLimit": 3,
+        "jobTemplate": {"spec": {"backoffLimit": 2, "template": template}},
+    }
 
 
 class JuiceFSSettings(Section):
@@ -209,60 +252,10 @@ class JuiceFS(pulumi.ComponentResource):
     def _backup(self, name: str, s: JuiceFSSettings, v: JuiceFSSource, secret: k8s.core.v1.Secret) -> None:
         """A CronJob that dumps the metadata and uploads it next to the data, under meta-backups/."""
         target = pulumi.Output.from_input(v.bucket_url).apply(lambda url: backup_destination(v.storage, url))
-
-        resources = Resources(cpu_request="100m", cpu_limit="1", memory_request="256Mi", memory_limit="2Gi")
         k8s.batch.v1.CronJob(
             f"{name}-metadata-backup",
-            metadata={
-                "name": "juicefs-metadata-backup",
-                "namespace": s.namespace,
-                "annotations": kube.checkov_skips(resources),
-            },
-            spec={
-                "schedule": s.metadata_backup.schedule,
-                "concurrencyPolicy": "Forbid",
-                "successfulJobsHistoryLimit": 3,
-                "failedJobsHistoryLimit": 3,
-                "jobTemplate": {
-                    "spec": {
-                        "backoffLimit": 2,
-                        "template": {
-                            "metadata": {"labels": kube.labels("juicefs-metadata-backup", "metadata-backup")},
-                            "spec": {
-                                "restartPolicy": "OnFailure",
-                                "automountServiceAccountToken": False,
-                                "securityContext": kube.restricted_pod(kube.UID),
-                                "containers": [
-                                    {
-                                        "name": "dump",
-                                        "image": versions.JUICEFS_IMAGE,
-                                        "imagePullPolicy": "Always",
-                                        "command": ["/bin/sh", "-c", target.apply(lambda t: backup_script(t[1]))],
-                                        "env": [
-                                            {"name": "HOME", "value": "/tmp"},
-                                            {"name": "VOLUME", "value": v.volume_name},
-                                            {"name": "DESTINATION", "value": target.apply(lambda t: t[0])},
-                                            {"name": "SECRETS", "value": "/run/secrets/juicefs"},
-                                        ],
-                                        "resources": resources.spec(),
-                                        "securityContext": kube.restricted_container(kube.UID),
-                                        "volumeMounts": [
-                                            {"name": "backup", "mountPath": "/backup"},
-                                            {"name": "tmp", "mountPath": "/tmp"},
-                                            {"name": "volume", "mountPath": "/run/secrets/juicefs", "readOnly": True},
-                                        ],
-                                    }
-                                ],
-                                "volumes": [
-                                    {"name": "backup", "emptyDir": {}},
-                                    {"name": "tmp", "emptyDir": {}},
-                                    {"name": "volume", "secret": {"secretName": SECRET_NAME}},
-                                ],
-                            },
-                        },
-                    }
-                },
-            },
+            metadata=kube.workload_metadata("juicefs-metadata-backup", s.namespace, BACKUP_RESOURCES),
+            spec=backup_cronjob_spec(s.metadata_backup, v.volume_name, target),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[secret]),
         )
 

@@ -9,7 +9,7 @@ from typing import Any, Literal
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .settings import Resources
+from .section import Resources
 from .versions import ChartPin
 
 PodSecurity = Literal["privileged", "baseline", "restricted"]
@@ -87,6 +87,59 @@ def restricted_pod(uid: int) -> dict[str, Any]:
         "fsGroup": uid,
         "seccompProfile": {"type": "RuntimeDefault"},
     }
+
+
+TMP_VOLUME = {"name": "tmp", "emptyDir": {}}
+"""Scratch space for a container whose root filesystem is read-only."""
+TMP_MOUNT = {"name": "tmp", "mountPath": "/tmp"}
+
+
+def container(name: str, image: str, resources: Resources, **fields: Any) -> dict[str, Any]:
+    """A container of the platform's own workloads: the pinned image pulled on every start, requests and
+    limits, and a securityContext that passes the restricted Pod Security Standard."""
+    return {
+        "name": name,
+        "image": image,
+        "imagePullPolicy": "Always",
+        "resources": resources.spec(),
+        "securityContext": restricted_container(UID),
+        **fields,
+    }
+
+
+def pod_template(
+    labels: Mapping[str, str], containers: list[dict[str, Any]], volumes: list[dict[str, Any]], **spec: Any
+) -> dict[str, Any]:
+    """The pod template of the platform's own workloads: non-root, volumes owned by the platform's UID, no
+    service account token; ``spec`` adds fields such as ``restartPolicy``."""
+    return {
+        "metadata": {"labels": dict(labels)},
+        "spec": {
+            "securityContext": restricted_pod(UID),
+            "automountServiceAccountToken": False,
+            "containers": containers,
+            "volumes": volumes,
+            **spec,
+        },
+    }
+
+
+def workload_metadata(
+    name: str,
+    namespace: pulumi.Input[str],
+    resources: Resources,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The metadata of a workload (StatefulSet, Job, CronJob), with the checkov skips its ``resources`` call for."""
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "annotations": {**(annotations or {}), **checkov_skips(resources)},
+    }
+    if labels:
+        metadata["labels"] = dict(labels)
+    return metadata
 
 
 def checkov_skips(resources: Resources) -> dict[str, str]:

@@ -12,12 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pulumi
-import pulumi_kubernetes as k8s
-from pydantic import Field, field_validator
-from pydantic_core import PydanticCustomError
+from pydantic import Field
 
 from . import kube, versions
-from .settings import DnsLabel, Section
+from .section import DnsLabel, Problem, Section
 from .storage_tiers import Tier, TierClass
 
 DRIVER = "topolvm.io"
@@ -83,15 +81,19 @@ class LocalNVMeSettings(Section):
     cert_manager_namespace: DnsLabel = "cert-manager"
     """Namespace of cert-manager (only with `podMutatingWebhook`)."""
 
-    @field_validator("device_classes")
-    @classmethod
-    def _one_default(cls, value: list[DeviceClassSettings]) -> list[DeviceClassSettings]:
-        names = [c.name for c in value]
+    def problems(self) -> list[Problem]:
+        """Device class names are unique and exactly one class is the default."""
+        names = [c.name for c in self.device_classes]
+        found = []
         if len(set(names)) != len(names):
-            raise PydanticCustomError("device_classes", "expected unique device class names")
-        if sum(c.default for c in value) != 1:
-            raise PydanticCustomError("device_classes", "expected exactly one device class with default: true")
-        return value
+            found.append(Problem("deviceClasses", "expected unique device class names", names, "rename one"))
+        defaults = [c.name for c in self.device_classes if c.default]
+        if len(defaults) != 1:
+            hint = "the default class backs the hot tier and claims that name none"
+            found.append(
+                Problem("deviceClasses", "expected exactly one device class with default: true", defaults, hint)
+            )
+        return found
 
     def default_class(self) -> DeviceClassSettings:
         """The default device class."""
@@ -144,21 +146,13 @@ class LocalNVMe(pulumi.ComponentResource):
         after: list[pulumi.Resource] = []
         if s.pod_mutating_webhook:
             cm_ns = kube.namespace(f"{name}-cert-manager-ns", s.cert_manager_namespace, "restricted", self)
-            after.append(self._release(f"{name}-cert-manager", versions.CERT_MANAGER, cm_ns, cert_manager_values(), []))
+            pin = versions.CERT_MANAGER
+            after.append(kube.release(f"{name}-cert-manager", pin, cm_ns.metadata.name, cert_manager_values(), self))
         ns = kube.namespace(f"{name}-ns", s.namespace, "privileged", self)
-        self._topolvm = self._release(f"{name}-topolvm", versions.TOPOLVM, ns, chart_values(s), after)
+        pin = versions.TOPOLVM
+        self._topolvm = kube.release(f"{name}-topolvm", pin, ns.metadata.name, chart_values(s), self, depends_on=after)
         self.device_classes = [c.name for c in s.device_classes]
         self.register_outputs({"device_classes": self.device_classes})
-
-    def _release(
-        self,
-        resource_name: str,
-        pin: versions.ChartPin,
-        ns: k8s.core.v1.Namespace,
-        values: dict[str, Any],
-        after: list[pulumi.Resource],
-    ) -> k8s.helm.v3.Release:
-        return kube.release(resource_name, pin, ns.metadata.name, values, self, depends_on=after)
 
     def tier_class(self, tier: Tier) -> TierClass:
         """Node-local (RWO) xfs volumes of the default device class, bound where the pod is scheduled."""

@@ -8,7 +8,7 @@ were frozen in 2025) in a StatefulSet this package owns.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -16,7 +16,7 @@ import pulumi_random as random
 from pydantic import Field
 
 from . import kube, versions
-from .settings import DnsLabel, Quantity, Resources, Section
+from .section import DnsLabel, Quantity, Resources, Section
 
 PORT = 6379
 DURABILITY = {"appendonly": "yes", "maxmemory-policy": "noeviction"}
@@ -76,6 +76,35 @@ class MetadataEngineArgs:
     """Protect and retain the Redis data volume."""
 
 
+def statefulset_spec(s: MetadataSettings, labels: dict[str, str]) -> dict[str, Any]:
+    """The Redis StatefulSet's ``spec``: one server with the config Secret's redis.conf, the durability flags on
+    its command line, ping probes and a data volume."""
+    ping_cmd = f'REDISCLI_AUTH="$(cat /etc/redis/password)" redis-cli -p {PORT} ping | grep -q PONG'
+    ping = {"exec": {"command": ["sh", "-c", ping_cmd]}, "timeoutSeconds": 5}
+    flags = [part for key, value in DURABILITY.items() for part in (f"--{key}", value)]
+    redis = kube.container(
+        "redis",
+        versions.REDIS_IMAGE,
+        s.resources,
+        command=["redis-server", "/etc/redis/redis.conf", *flags],
+        ports=[{"name": "redis", "containerPort": PORT}],
+        livenessProbe={**ping, "initialDelaySeconds": 30, "periodSeconds": 15},
+        readinessProbe={**ping, "periodSeconds": 5},
+        volumeMounts=[
+            {"name": "data", "mountPath": "/data"},
+            {"name": "config", "mountPath": "/etc/redis", "readOnly": True},
+        ],
+    )
+    config = {"name": "config", "secret": {"secretName": "redis-config"}}
+    return {
+        "serviceName": "redis",
+        "replicas": 1,
+        "selector": {"matchLabels": labels},
+        "template": kube.pod_template(labels, [redis], [config], terminationGracePeriodSeconds=60),
+        "volumeClaimTemplates": [kube.data_claim_template(s.storage_size, s.storage_class)],
+    }
+
+
 class MetadataEngine(pulumi.ComponentResource):
     """A single Redis server with a password, AOF persistence and a data PVC."""
 
@@ -87,10 +116,9 @@ class MetadataEngine(pulumi.ComponentResource):
     def __init__(self, name: str, args: MetadataEngineArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ai-storage:metadata_engine:MetadataEngine", name, None, opts)
         s = args.settings
+        child = pulumi.ResourceOptions(parent=self)
         ns = kube.namespace(f"{name}-ns", s.namespace, "restricted", self)
-        password = random.RandomPassword(
-            f"{name}-password", length=40, special=False, opts=pulumi.ResourceOptions(parent=self)
-        )
+        password = random.RandomPassword(f"{name}-password", length=40, special=False, opts=child)
         config = k8s.core.v1.Secret(
             f"{name}-config",
             metadata={"name": "redis-config", "namespace": ns.metadata.name},
@@ -99,59 +127,20 @@ class MetadataEngine(pulumi.ComponentResource):
                 "redis.conf": password.result.apply(lambda p: redis_conf(s, p)),
                 "password": password.result,
             },
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=child,
         )
         labels = kube.labels("redis", "metadata-engine")
         service = k8s.core.v1.Service(
             f"{name}-service",
             metadata={"name": "redis", "namespace": ns.metadata.name, "labels": labels},
             spec={"selector": labels, "ports": [{"name": "redis", "port": PORT, "targetPort": PORT}]},
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=child,
         )
-        ping_cmd = f'REDISCLI_AUTH="$(cat /etc/redis/password)" redis-cli -p {PORT} ping | grep -q PONG'
-        ping = {"exec": {"command": ["sh", "-c", ping_cmd]}, "timeoutSeconds": 5}
-        flags = [part for key, value in DURABILITY.items() for part in (f"--{key}", value)]
         policy = kube.ingress_policy(f"{name}-network-policy", ns.metadata.name, labels, [PORT], self)
         k8s.apps.v1.StatefulSet(
             f"{name}-redis",
-            metadata={
-                "name": "redis",
-                "namespace": ns.metadata.name,
-                "labels": labels,
-                "annotations": kube.checkov_skips(s.resources),
-            },
-            spec={
-                "serviceName": "redis",
-                "replicas": 1,
-                "selector": {"matchLabels": labels},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {
-                        "securityContext": kube.restricted_pod(kube.UID),
-                        "automountServiceAccountToken": False,
-                        "terminationGracePeriodSeconds": 60,
-                        "containers": [
-                            {
-                                "name": "redis",
-                                "image": versions.REDIS_IMAGE,
-                                "imagePullPolicy": "Always",
-                                "command": ["redis-server", "/etc/redis/redis.conf", *flags],
-                                "ports": [{"name": "redis", "containerPort": PORT}],
-                                "resources": s.resources.spec(),
-                                "securityContext": kube.restricted_container(kube.UID),
-                                "livenessProbe": {**ping, "initialDelaySeconds": 30, "periodSeconds": 15},
-                                "readinessProbe": {**ping, "periodSeconds": 5},
-                                "volumeMounts": [
-                                    {"name": "data", "mountPath": "/data"},
-                                    {"name": "config", "mountPath": "/etc/redis", "readOnly": True},
-                                ],
-                            }
-                        ],
-                        "volumes": [{"name": "config", "secret": {"secretName": "redis-config"}}],
-                    },
-                },
-                "volumeClaimTemplates": [kube.data_claim_template(s.storage_size, s.storage_class)],
-            },
+            metadata=kube.workload_metadata("redis", ns.metadata.name, s.resources, labels),
+            spec=statefulset_spec(s, labels),
             opts=kube.stateful(self, args.protect, depends_on=[config, service, policy]),
         )
         self.host = pulumi.Output.concat("redis.", ns.metadata.name, ".svc.cluster.local")

@@ -14,106 +14,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pulumi
 import yaml
-from google.protobuf import json_format
-from pulumi.runtime import mocks as pulumi_mocks
-from pulumi.runtime.config import set_all_config
-from pulumi.runtime.settings import get_root_resource, reset_options
-from pulumi.runtime.stack import run_pulumi_func
-from pulumi.runtime.sync_await import _sync_await
 
-from .settings import PROJECT, Problem, SettingsError
+from .mock_engine import SECRET, RecordingMonitor, Registration, run_program
+from .section import Problem, SettingsError
+from .settings import PROJECT
 
 ROOT = Path(__file__).resolve().parent.parent
-SECRET = "[secret]"
-_SIG = "4dabf18193072939515e22adb298388d"
-SECRET_SIGNATURE = "1b47061264138c4ac30d75fd1eb44270"
-_RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"
 RELEASE = "kubernetes:helm.sh/v3:Release"
-
-
-def clean(value: Any) -> Any:
-    """Wire-format values as plain data: secrets hidden, resource references as URNs, nulls dropped."""
-    if isinstance(value, dict):
-        if value.get(_SIG) == SECRET_SIGNATURE:
-            inner = value.get("value")
-            return {k: SECRET for k in sorted(inner)} if isinstance(inner, dict) else SECRET
-        if value.get(_SIG) == _RESOURCE_SIG:
-            return value.get("urn")
-        return {k: clean(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [clean(v) for v in value]
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
 
 
 def _name(urn: str) -> str:
     return urn.rsplit("::", 1)[-1]
-
-
-@dataclass
-class Registration:
-    """One resource as the program registered it."""
-
-    type: str
-    name: str
-    urn: str
-    parent: str
-    dependencies: list[str]
-    inputs: dict[str, Any]
-    custom: bool
-    protect: bool
-    retain_on_delete: bool
-
-
-class RecordingMonitor(pulumi_mocks.MockMonitor):
-    """A mock resource monitor that also keeps every registration and the stack outputs."""
-
-    def __init__(self, mocks: pulumi_mocks.Mocks):
-        super().__init__(mocks)
-        self.registrations: list[Registration] = []
-        self.stack_outputs: dict[str, Any] = {}
-        self.project = PROJECT
-
-    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
-        response = super().RegisterResource(request)
-        if request.type != "pulumi:pulumi:Stack":
-            self.registrations.append(
-                Registration(
-                    type=request.type,
-                    name=request.name,
-                    urn=response.urn,
-                    parent=request.parent,
-                    dependencies=sorted(set(request.dependencies)),
-                    inputs=clean(json_format.MessageToDict(request.object)),
-                    custom=bool(request.custom),
-                    protect=bool(request.protect),
-                    retain_on_delete=bool(request.retainOnDelete),
-                )
-            )
-        return response
-
-
-class PlatformMocks(pulumi_mocks.Mocks):
-    """Echo inputs back as outputs, plus the few computed outputs the program reads."""
-
-    def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str, dict[str, Any]]:
-        outputs = dict(args.inputs)
-        if args.typ.startswith("random:"):
-            outputs["result"] = f"mock-{args.name}"
-        elif args.typ == "aws:s3/bucket:Bucket":
-            outputs.setdefault("bucket", args.name)
-            outputs["arn"] = f"arn:aws:s3:::{outputs['bucket']}"
-        elif args.typ.startswith("aws:iam/"):
-            outputs["arn"] = f"arn:aws:iam::000000000000:{args.name}"
-            outputs.setdefault("name", args.name)
-            outputs["secret"] = f"mock-{args.name}"
-        return f"{args.name}_id", outputs
-
-    def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict[str, Any], None]:
-        return {}, None
 
 
 def project_name(root: Path) -> str:
@@ -164,27 +76,13 @@ def run(stack: str, config_file: Path | None = None, root: Path = ROOT) -> Recor
     ``config_file``) under the mock engine; return what it registered."""
     project = project_name(root)
     config, secret_keys = stack_file_config(config_file or root / f"Pulumi.{stack}.yaml", project)
-    mocks = PlatformMocks()
-    monitor = RecordingMonitor(mocks)
-    monitor.project = project
-    reset_options()
-    pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor)
-    set_all_config(config, secret_keys)
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
-    _sync_await(run_pulumi_func(lambda: runpy.run_path(str(root / "__main__.py"), run_name="__main__")))
-    monitor.stack_outputs = _sync_await(_exports())
-    return monitor
 
+    def program() -> None:
+        runpy.run_path(str(root / "__main__.py"), run_name="__main__")
 
-async def _exports() -> dict[str, Any]:
-    """The values the program exported, with secret ones hidden (mocks never register stack outputs)."""
-    stack = get_root_resource()
-    exported: dict[str, Any] = {}
-    for key, value in sorted(getattr(stack, "outputs", {}).items()):
-        output = pulumi.Output.from_input(value)
-        exported[key] = SECRET if await output.is_secret() else await output.future()
-    return exported
+    return run_program(program, stack, project, config, secret_keys)
 
 
 @dataclass
@@ -255,7 +153,7 @@ def rendering(stack: str, monitor: RecordingMonitor) -> Rendering:
             i = r.inputs
             repo, chart = (i.get("repositoryOpts") or {}).get("repo"), i.get("chart")
             if repo is None and str(chart).startswith("oci://"):
-                repo, chart = chart.rsplit("/", 1)  # an OCI chart is named by its full reference
+                repo, chart = str(chart).rsplit("/", 1)  # an OCI chart is named by its full reference
             out.charts.append(
                 {
                     "name": i.get("name"),

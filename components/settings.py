@@ -1,114 +1,212 @@
-"""Typed, frozen stack settings and the loader that merges and validates them.
+"""Stack settings: the loader, the platform's settings tree and the rules that span its sections.
 
-Settings flow one way: code defaults < ``stacks/<profile>.yaml`` < ``Pulumi.<stack>.yaml``. Every section is a
-pydantic model that forbids unknown keys, so a bad value is rejected before any resource is registered, with
-the key path, what was expected, what was given and a hint.
+Settings flow one way: code defaults < ``stacks/<profile>.yaml`` < ``Pulumi.<stack>.yaml``, parsed once into a
+frozen ``PlatformSettings``. A bad value is rejected before any resource is registered (see ``section``).
 """
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import pulumi
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
-from pydantic.alias_generators import to_camel
-from pydantic_core import PydanticCustomError
+from pydantic import Field
+
+from .acceptance import AcceptanceSettings
+from .fluid import FluidSettings
+from .juicefs import JuiceFSSettings
+from .local_nvme import LocalNVMeSettings
+from .metadata_engine import MetadataSettings
+from .object_store import ObjectStoreSettings
+from .rook_ceph import RookCephSettings
+from .section import Problem, Section, SettingsError, validate
+from .storage_tiers import TIERS, TiersSettings
+from .training import TrainingSettings
+from .volcano import VolcanoSettings
 
 PROJECT = "ai-storage-platform"
 # The profiles sit beside the package when installed (ai_storage_platform/stacks), at the top of a checkout.
 _HERE = Path(__file__).resolve().parent
 STACKS_DIR = _HERE / "stacks" if (_HERE / "stacks").is_dir() else _HERE.parent / "stacks"
-CONFIG_DOCS = "docs/config.md"
+NVME_DEVICES = ("nvme0n1", "nvme1n1", "nvme0n1p1")
+"""Device names a Ceph device filter must not match while TopoLVM owns the NVMe disks."""
 
 
-class Section(BaseModel):
-    """Base of every settings section: camelCase keys, no unknown keys, no type coercion, immutable."""
+class ClusterSettings(Section):
+    """The target cluster and how stateful resources are guarded."""
 
-    model_config = ConfigDict(
-        extra="forbid",
-        frozen=True,
-        strict=True,
-        alias_generator=to_camel,
-        populate_by_name=True,
-        use_attribute_docstrings=True,
-    )
-
-
-_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    kubernetes_version: str = Field("1.33", pattern=r"^1\.(2[5-9]|3[0-7])$")
+    """Kubernetes minor version of the cluster (1.25 to 1.37); rendered objects are validated against it."""
+    kubeconfig: str | None = None
+    """Path to the kubeconfig for `pulumi up`; unset uses the ambient KUBECONFIG."""
+    context: str | None = None
+    """kubeconfig context to deploy to; unset uses the current context."""
+    protect_stateful_resources: bool = False
+    """Set `protect` and `retainOnDelete` on buckets, data volumes and clusters (on for staging and prod)."""
 
 
-def _quantity(value: str) -> str:
-    if not _QUANTITY.match(value):
-        raise PydanticCustomError("quantity", "expected a Kubernetes quantity such as 10Gi, 512Mi or 500m")
-    return value
+class PlatformSettings(Section):
+    """Every setting of a stack, by section."""
 
+    profile: str = "dev"
+    """Environment profile in `stacks/` the stack starts from (defaults to the stack name)."""
+    cluster: ClusterSettings = ClusterSettings()
+    """Target cluster and protection of stateful resources."""
+    object_store: ObjectStoreSettings = ObjectStoreSettings()
+    """Object store (durable cold copy)."""
+    metadata: MetadataSettings = MetadataSettings()
+    """Redis metadata engine for JuiceFS."""
+    juicefs: JuiceFSSettings = JuiceFSSettings()
+    """JuiceFS CSI driver and cache."""
+    tiers: TiersSettings = TiersSettings()
+    """Tier-to-backend map and StorageClass naming."""
+    rook_ceph: RookCephSettings = RookCephSettings()
+    """Rook-Ceph cluster, pools and filesystems (warm and checkpoint tiers, RGW)."""
+    local_nvme: LocalNVMeSettings = LocalNVMeSettings()
+    """TopoLVM node-local NVMe volumes (hot tier)."""
+    acceptance: AcceptanceSettings = AcceptanceSettings()
+    """fio acceptance Jobs per tier, with thresholds."""
+    volcano: VolcanoSettings = VolcanoSettings()
+    """Volcano scheduler and team Queues."""
+    training: TrainingSettings = TrainingSettings()
+    """Kubeflow training operator and its Volcano-scheduled runtimes."""
+    fluid: FluidSettings = FluidSettings()
+    """Fluid dataset caching."""
 
-def _dns_label(value: str) -> str:
-    if not _DNS_LABEL.match(value):
-        raise PydanticCustomError(
-            "dns_label", "expected a DNS label: lower-case letters, digits and '-', at most 63 characters"
-        )
-    return value
+    def backends(self) -> dict[str, bool]:
+        """Which tier backends the stack enables."""
+        return {"juicefs": self.juicefs.enabled, "cephfs": self.rook_ceph.enabled, "topolvm": self.local_nvme.enabled}
 
+    def problems(self) -> list[Problem]:
+        """Rules that span sections (each section's own rules are its ``problems()``)."""
+        return [
+            *self._tier_problems(),
+            *self._storage_problems(),
+            *self._scheduling_problems(),
+            *self._namespace_problems(),
+        ]
 
-Quantity = Annotated[str, AfterValidator(_quantity)]
-"""A Kubernetes resource quantity, e.g. ``10Gi`` or ``500m``."""
-DnsLabel = Annotated[str, AfterValidator(_dns_label)]
-"""A Kubernetes name that must be a DNS label (namespaces, services, queues)."""
+    def _tier_problems(self) -> list[Problem]:
+        enabled = self.backends()
+        on = ", ".join(b for b, is_on in enabled.items() if is_on) or "none"
+        return [
+            Problem(
+                f"tiers.{tier}",
+                f"expected a backend this stack enables ({on})",
+                backend,
+                f"enable the {backend} component or map the tier to another backend (or 'none')",
+            )
+            for tier in TIERS
+            if (backend := getattr(self.tiers, tier)) != "none" and not enabled[backend]
+        ]
 
+    def _storage_problems(self) -> list[Problem]:
+        """Ceph staying off TopoLVM's NVMe disks, and RGW needing Rook-Ceph."""
+        found = []
+        ceph = self.rook_ceph
+        pattern = ceph.storage.device_filter
+        on_nvme = pattern and any(re.search(pattern, d) for d in NVME_DEVICES)
+        if ceph.enabled and self.local_nvme.enabled and on_nvme and not ceph.storage.nodes:
+            found.append(
+                Problem(
+                    "rookCeph.storage.deviceFilter",
+                    "expected a filter that matches no NVMe device while localNvme is enabled",
+                    pattern,
+                    "Ceph would claim the NVMe disks meant for TopoLVM; list the disks Ceph may use in "
+                    "rookCeph.storage.nodes instead",
+                )
+            )
+        if self.object_store.backend == "ceph-rgw" and not ceph.enabled:
+            found.append(
+                Problem(
+                    "objectStore.backend",
+                    "expected minio or s3 when rookCeph is disabled",
+                    "ceph-rgw",
+                    "enable rookCeph (it runs the RGW object store) or pick another backend",
+                )
+            )
+        return found
 
-class Resources(Section):
-    """Container requests and limits."""
+    def _scheduling_problems(self) -> list[Problem]:
+        """Training needs Volcano, a checkpoint tier and known queues; JuiceFS datasets need JuiceFS."""
+        found = []
+        t = self.training
+        if t.enabled and not self.volcano.enabled:
+            found.append(
+                Problem("training.enabled", "expected volcano.enabled: true", True, "runtimes gang-schedule on Volcano")
+            )
+        if t.enabled and self.tiers.checkpoint == "none":
+            found.append(
+                Problem("tiers.checkpoint", "expected a backend", "none", "training's checkpoint claim uses this tier")
+            )
+        queues = [q.name for q in self.volcano.queues]
+        found += [
+            Problem(
+                f"training.runtimes[{i}].queue",
+                f"expected one of volcano.queues ({', '.join(queues) or 'none'})",
+                runtime.queue,
+                "add the queue to volcano.queues or pick an existing one",
+            )
+            for i, runtime in enumerate(t.runtimes if t.enabled else [])
+            if runtime.queue not in queues
+        ]
+        found += [
+            Problem(
+                f"fluid.datasets[{i}].runtime",
+                "expected a runtime with a backend (JuiceFSRuntime needs juicefs.enabled: true)",
+                d.runtime,
+                "enable juicefs or use runtime 'alluxio' over the object store",
+            )
+            for i, d in enumerate(self.fluid.datasets if self.fluid.enabled else [])
+            if d.runtime == "juicefs" and not self.juicefs.enabled
+        ]
+        return found
 
-    cpu_request: Quantity = "100m"
-    """CPU the scheduler reserves for the container."""
-    memory_request: Quantity = "128Mi"
-    """Memory the scheduler reserves for the container."""
-    cpu_limit: Quantity | None = None
-    """CPU ceiling; unset leaves the container burstable."""
-    memory_limit: Quantity = "512Mi"
-    """Memory ceiling; the container is OOM-killed above it."""
+    def _namespace_problems(self) -> list[Problem]:
+        found = []
+        seen: dict[str, str] = {}
+        for key, ns in self.namespaces().items():
+            if ns in seen:
+                found.append(
+                    Problem(f"{key}.namespace", f"expected a namespace not used by {seen[ns]}", ns, "pick another")
+                )
+            seen[ns] = key
+        return found
 
-    def spec(self) -> dict[str, dict[str, str]]:
-        """The Kubernetes ``resources`` block."""
-        limits = {"memory": self.memory_limit}
-        if self.cpu_limit:
-            limits["cpu"] = self.cpu_limit
-        return {"requests": {"cpu": self.cpu_request, "memory": self.memory_request}, "limits": limits}
+    def scheduling_namespaces(self) -> dict[str, str]:
+        """The namespaces the volcano, training and fluid components create, by settings key."""
+        owned = {}
+        if self.volcano.enabled:
+            owned["volcano"] = self.volcano.namespace
+        datasets = {d.namespace for d in self.fluid.datasets} if self.fluid.enabled else set()
+        if self.fluid.enabled:
+            owned["fluid"] = self.fluid.namespace
+            owned.update({f"fluid.datasets.{ns}": ns for ns in sorted(datasets)})
+        if self.training.enabled:
+            if self.training.operator == "trainer-v2":
+                owned["training"] = self.training.namespace
+            if self.training.workload_namespace not in datasets:
+                owned["training.workloadNamespace"] = self.training.workload_namespace
+        return owned
 
-
-@dataclass(frozen=True)
-class Problem:
-    """One rejected setting: where it is, what was expected, what was given, and what to do."""
-
-    key: str
-    expected: str
-    got: Any
-    hint: str
-
-    def __str__(self) -> str:
-        got = "nothing" if self.got is _MISSING else repr(self.got)
-        return f"{self.key}: {self.expected}; got {got}. Hint: {self.hint}"
-
-
-_MISSING = object()
-
-
-class SettingsError(pulumi.RunError):
-    """Raised when stack settings are invalid; Pulumi reports a RunError without a traceback."""
-
-    def __init__(self, problems: list[Problem]):
-        self.problems = problems
-        lines = "\n".join(f"  - {p}" for p in problems)
-        super().__init__(f"invalid stack settings ({len(problems)} problem(s)):\n{lines}")
+    def namespaces(self) -> dict[str, str]:
+        """The namespace each enabled component creates, by settings key."""
+        owned = {"objectStore": self.object_store.namespace}
+        if self.acceptance.enabled:
+            owned["acceptance"] = self.acceptance.namespace
+        if self.juicefs.enabled:
+            owned.update(metadata=self.metadata.namespace, juicefs=self.juicefs.namespace)
+        if self.rook_ceph.enabled:
+            owned["rookCeph"] = self.rook_ceph.namespace
+        if self.local_nvme.enabled:
+            owned["localNvme"] = self.local_nvme.namespace
+            if self.local_nvme.pod_mutating_webhook:
+                owned["localNvme.certManager"] = self.local_nvme.cert_manager_namespace
+        return {**owned, **self.scheduling_namespaces()}
 
 
 def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -140,93 +238,13 @@ def load_profile(name: str) -> dict[str, Any]:
     return data
 
 
-def _walk(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[Any, Any]:
-    """The (model, field) found by following ``loc`` through nested models; (None, None) if it leaves them."""
-    current: Any = model
-    field = None
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return None, None
-        field = {f.alias or n: f for n, f in current.model_fields.items()}.get(str(part))
-        if field is None:
-            return None, None
-        current = _model_in(field.annotation)
-    return current, field
-
-
-def _field_names(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """The camelCase keys the model accepts at ``loc`` (for did-you-mean on unknown keys)."""
-    current, _ = _walk(model, loc)
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return [f.alias or n for n, f in current.model_fields.items()]
-    return []
-
-
-def _model_in(annotation: Any) -> Any:
-    """The pydantic model inside an annotation such as ``X``, ``X | None`` or ``list[X]``."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()):
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def _key_path(loc: tuple[Any, ...]) -> str:
-    path = ""
-    for part in loc:
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
-    return path or "(root)"
-
-
-_EXPECTED = {
-    "bool_type": "expected true or false",
-    "int_type": "expected a whole number",
-    "float_type": "expected a number",
-    "string_type": "expected a string",
-    "dict_type": "expected a mapping of keys to values",
-    "model_type": "expected a mapping of keys to values",
-    "list_type": "expected a list",
-    "missing": "a value is required",
-}
-
-
-def _problem(model: type[BaseModel], error: Any) -> Problem:
-    loc = tuple(error["loc"])
-    kind = error["type"]
-    key = _key_path(loc)
-    got = error.get("input", _MISSING)
-    _, info = _walk(model, loc)
-    about = info.description.rstrip(".") + ". " if info is not None and info.description else ""
-    hint = f"{about}See {CONFIG_DOCS}."
-    ctx = error.get("ctx") or {}
-    if kind == "extra_forbidden":
-        known = _field_names(model, loc[:-1])
-        close = difflib.get_close_matches(str(loc[-1]), known, n=1)
-        hint = f"did you mean '{close[0]}'?" if close else f"known keys here: {', '.join(known)}"
-        return Problem(key, "no such key", _MISSING if got is _MISSING else loc[-1], hint)
-    if kind == "literal_error":
-        expected = f"expected one of {ctx['expected']}".replace(" or ", ", ")
-    elif kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
-        op = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}[kind]
-        bound = next(iter(ctx.values()))
-        expected = f"expected a number {op} {bound}"
-    elif kind == "string_pattern_mismatch":
-        expected = f"expected text matching {ctx['pattern']}"
-    else:
-        expected = _EXPECTED.get(kind, error["msg"][0].lower() + error["msg"][1:])
-    return Problem(key, expected, got, hint)
-
-
-def validate(model: type[Section], data: Mapping[str, Any]) -> Any:
-    """Parse ``data`` into ``model``; every problem is collected into one SettingsError."""
-    try:
-        return model.model_validate(dict(data))
-    except ValidationError as exc:
-        raise SettingsError([_problem(model, e) for e in exc.errors(include_url=False)]) from None
+def load_settings(stack: str, config: Mapping[str, Any]) -> PlatformSettings:
+    """Merge code defaults, the stack's profile and its config; raise SettingsError on any bad value."""
+    profile = config.get("profile", stack)
+    if not isinstance(profile, str):
+        raise SettingsError([Problem("profile", "expected a profile name", profile, "e.g. dev, staging or prod")])
+    data = merge(load_profile(profile), config)
+    return validate(PlatformSettings, {**data, "profile": profile})
 
 
 def decode(value: Any) -> Any:
@@ -244,54 +262,3 @@ def stack_config(project: str | None = None) -> dict[str, Any]:
     raw = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
     prefix = f"{project}:"
     return {k[len(prefix) :]: decode(v) for k, v in sorted(raw.items()) if k.startswith(prefix)}
-
-
-def leaf_keys(model: type[BaseModel], prefix: str = "", defaults: Any = None) -> list[tuple[str, Any, Any]]:
-    """Every leaf setting as (camelCase key path, FieldInfo, default), depth first."""
-    found: list[tuple[str, Any, Any]] = []
-    for name, info in model.model_fields.items():
-        key = f"{prefix}{info.alias or name}"
-        default = getattr(defaults, name) if defaults is not None else info.get_default(call_default_factory=True)
-        nested = info.annotation if isinstance(info.annotation, type) else None
-        if nested is not None and issubclass(nested, BaseModel):
-            found += leaf_keys(nested, key + ".", default)
-        else:
-            found.append((key, info, default))
-    return found
-
-
-def _type_text(annotation: Any) -> str:
-    text = repr(annotation).replace("typing.", "").replace("NoneType", "None")
-    text = re.sub(r"Annotated\[(\w+), [^\]]*\]", r"\1", text)
-    text = re.sub(r"Literal\[([^\]]*)\]", lambda m: "one of " + m.group(1).replace("'", ""), text)
-    return re.sub(r"<class '(\w+)'>", r"\1", text).replace("|", "or")
-
-
-def reference(model: type[BaseModel], *sections: tuple[str, str, type[BaseModel]]) -> str:
-    """The config reference (Markdown tables) of every key the model accepts, then of each further
-    (title, introduction, model) section."""
-    lines = [
-        "# Configuration reference",
-        "",
-        "Generated by `python -m components docs` from the settings models; do not edit by hand.",
-        "Set a key in `Pulumi.<stack>.yaml` under `ai-storage-platform:<section>` (e.g.",
-        "`pulumi config set --path 'ai-storage-platform:objectStore.backend' s3`); the stack's profile in",
-        "`stacks/` supplies the rest, and code defaults (below) anything neither sets.",
-        "",
-        *_key_table(model),
-    ]
-    for title, intro, extra in sections:
-        lines += ["", f"## {title}", "", intro, "", *_key_table(extra)]
-    return "\n".join(lines) + "\n"
-
-
-def _key_table(model: type[BaseModel]) -> list[str]:
-    lines = ["| key | type | default | what it does |", "|---|---|---|---|"]
-    for key, info, default in leaf_keys(model):
-        if isinstance(default, BaseModel):
-            default = default.model_dump(by_alias=True)
-        elif isinstance(default, list):
-            default = [d.model_dump(by_alias=True) if isinstance(d, BaseModel) else d for d in default]
-        text = json.dumps(default, default=str).replace("|", "\\|")
-        lines.append(f"| `{key}` | {_type_text(info.annotation)} | `{text}` | {info.description or ''} |")
-    return lines

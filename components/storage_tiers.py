@@ -14,7 +14,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field
 
-from .settings import Section
+from .section import Problem, Section
 
 Tier = Literal["hot", "warm", "cold", "checkpoint"]
 TIERS: tuple[Tier, ...] = ("hot", "warm", "cold", "checkpoint")
@@ -41,6 +41,12 @@ class TiersSettings(Section):
     """Backend of the checkpoint tier (burst writes, kept apart from training reads)."""
     default_tier: Literal["hot", "warm", "cold", "checkpoint"] | None = None
     """Tier marked as the cluster's default StorageClass; unset leaves the cluster default alone."""
+
+    def problems(self) -> list[Problem]:
+        """The default tier has a backend."""
+        if self.default_tier and getattr(self, self.default_tier) == "none":
+            return [Problem("defaultTier", "expected a tier that has a backend", self.default_tier, "map it first")]
+        return []
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from pydantic import Field
 from . import kube, training, volcano
 from .fluid import DatasetCache, DatasetSettings, JuiceFSSource, credentials
 from .fluid import dataset as fluid_dataset
-from .settings import DnsLabel, Problem, Quantity, Section, SettingsError, validate
+from .section import DnsLabel, Problem, Quantity, Section, validate
 from .storage_tiers import NAME_PREFIX
 
 PATCH_MANAGER = "ai-storage-platform/team-workspace"
@@ -129,11 +129,7 @@ class TeamSettings(Section):
 
 def load_team_settings(config: Mapping[str, Any]) -> TeamSettings:
     """Code defaults < the project's config (one object per section); raise SettingsError on any bad value."""
-    settings: TeamSettings = validate(TeamSettings, config)
-    problems = settings.problems()
-    if problems:
-        raise SettingsError(problems)
-    return settings
+    return validate(TeamSettings, config)
 
 
 def train_job_spec(s: TeamSettings) -> dict[str, Any]:
@@ -206,35 +202,12 @@ class TeamWorkspace(pulumi.ComponentResource):
     def __init__(self, name: str, args: TeamWorkspaceArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ai-storage:team:TeamWorkspace", name, None, opts)
         s = args.settings
-        d = s.dataset
         w = s.workspace
-        if d.source == "fluid" and args.juicefs is None:
-            raise ValueError("TeamWorkspaceArgs.juicefs is required with dataset.source: fluid")
-        child = pulumi.ResourceOptions(parent=self)
         ns = kube.namespace(f"{name}-ns", w.namespace, w.pod_security, self)
         self.namespace = ns.metadata.name
-        queue = volcano.queue(f"{name}-queue", s.queue, child)
+        queue = volcano.queue(f"{name}-queue", s.queue, pulumi.ResourceOptions(parent=self))
         self.queue = queue.metadata["name"]
-        if d.source == "fluid":
-            assert args.juicefs is not None
-            secret = credentials(f"{name}-credentials", "juicefs", ns.metadata.name, args.juicefs, child)
-            settings = DatasetSettings(name=d.name, namespace=w.namespace, runtime="juicefs", **dict(d.fluid))
-            dataset: pulumi.CustomResource = fluid_dataset(
-                name, d.name, settings, ns.metadata.name, secret.metadata.name, args.juicefs, child
-            )
-            self.dataset_claim = dataset.metadata["name"]
-        else:
-            dataset = k8s.core.v1.PersistentVolumeClaim(
-                f"{name}-dataset",
-                metadata={"name": d.name, "namespace": ns.metadata.name, "labels": kube.labels("team", "dataset")},
-                spec={
-                    "accessModes": ["ReadWriteMany"],
-                    "storageClassName": f"{w.tier_prefix}cold",
-                    "resources": {"requests": {"storage": d.size}},
-                },
-                opts=kube.stateful(self, w.protect),
-            )
-            self.dataset_claim = dataset.metadata.name
+        dataset, self.dataset_claim = self._dataset(name, s, ns, args.juicefs)
         checkpoints = training.checkpoint_claim(
             f"{name}-checkpoints",
             s.checkpoint.claim,
@@ -264,3 +237,29 @@ class TeamWorkspace(pulumi.ComponentResource):
                 "train_job": self.train_job,
             }
         )
+
+    def _dataset(
+        self, name: str, s: TeamSettings, ns: k8s.core.v1.Namespace, juicefs: JuiceFSSource | None
+    ) -> tuple[pulumi.Resource, pulumi.Output[str]]:
+        """The dataset pods mount at /data, and its claim's name: a Fluid Dataset over the JuiceFS volume, or a
+        claim on the cold tier."""
+        d, w = s.dataset, s.workspace
+        child = pulumi.ResourceOptions(parent=self)
+        if d.source == "fluid":
+            if juicefs is None:
+                raise TypeError("TeamWorkspaceArgs.juicefs is required with dataset.source: fluid")
+            secret = credentials(f"{name}-credentials", "juicefs", ns.metadata.name, juicefs, child)
+            settings = DatasetSettings(name=d.name, namespace=w.namespace, runtime="juicefs", **dict(d.fluid))
+            dataset = fluid_dataset(name, d.name, settings, ns.metadata.name, secret.metadata.name, juicefs, child)
+            return dataset, dataset.metadata["name"]
+        claim = k8s.core.v1.PersistentVolumeClaim(
+            f"{name}-dataset",
+            metadata={"name": d.name, "namespace": ns.metadata.name, "labels": kube.labels("team", "dataset")},
+            spec={
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": f"{w.tier_prefix}cold",
+                "resources": {"requests": {"storage": d.size}},
+            },
+            opts=kube.stateful(self, w.protect),
+        )
+        return claim, claim.metadata.name

@@ -26,7 +26,7 @@ import pulumi_kubernetes as k8s
 from pydantic import Field
 
 from . import kube, versions
-from .settings import DnsLabel, Quantity, Section
+from .section import DnsLabel, Problem, Quantity, Section
 from .volcano import QUEUE_ANNOTATION, SCHEDULER_NAME
 
 DATA_PATH = "/data"
@@ -84,6 +84,12 @@ class TrainingSettings(Section):
     runtimes: list[RuntimeSettings] = []
     """ClusterTrainingRuntimes to create (Trainer v2 only)."""
 
+    def problems(self) -> list[Problem]:
+        """Runtimes are Trainer v2 objects."""
+        if self.enabled and self.operator != "trainer-v2" and self.runtimes:
+            return [Problem("runtimes", "expected no runtimes", len(self.runtimes), "runtimes need trainer-v2")]
+        return []
+
 
 def chart_values() -> dict[str, Any]:
     """Helm values of the kubeflow-trainer release: JobSet on, every built-in runtime (and so the runtime
@@ -102,11 +108,11 @@ def chart_values() -> dict[str, Any]:
 def claim_volumes(dataset_claim: str, checkpoint_claim: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The trainer container's mounts and the pod's volumes: the dataset claim read-only at ``/data``, the
     checkpoint claim at ``/checkpoints``."""
-    mounts = [
+    mounts: list[dict[str, Any]] = [
         {"name": DATA_VOLUME, "mountPath": DATA_PATH, "readOnly": True},
         {"name": CHECKPOINT_VOLUME, "mountPath": CHECKPOINT_PATH},
     ]
-    volumes = [
+    volumes: list[dict[str, Any]] = [
         {"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": dataset_claim, "readOnly": True}},
         {"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": checkpoint_claim}},
     ]

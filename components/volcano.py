@@ -11,11 +11,10 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
-from pydantic import Field, field_validator
-from pydantic_core import PydanticCustomError
+from pydantic import Field
 
 from . import kube, versions
-from .settings import DnsLabel, Problem, Quantity, Section
+from .section import DnsLabel, Problem, Quantity, Section
 
 SCHEDULER_NAME = "volcano"
 QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
@@ -51,16 +50,6 @@ class QueueSettings(Section):
     name: DnsLabel
     """Queue name; jobs pick it with the `scheduling.volcano.sh/queue-name` annotation."""
 
-    @field_validator("name")
-    @classmethod
-    def _not_reserved(cls, value: str) -> str:
-        if value in RESERVED_QUEUES:
-            raise PydanticCustomError(
-                "reserved_queue",
-                "expected a name other than 'default' and 'root' (Volcano creates and owns those queues)",
-            )
-        return value
-
     weight: int = Field(1, ge=1, le=65535)
     """Share of the cluster relative to the other queues' weights (proportion plugin)."""
     capability: QueueResources | None = None
@@ -71,6 +60,13 @@ class QueueSettings(Section):
     """Resources the queue deserves and reclaims (capacity plugin; the default proportion plugin uses weight)."""
     reclaimable: bool = True
     """Let other queues reclaim resources this queue uses beyond its share."""
+
+    def problems(self) -> list[Problem]:
+        """Volcano creates and owns the `default` and `root` queues."""
+        if self.name in RESERVED_QUEUES:
+            expected = "expected a name other than 'default' and 'root'"
+            return [Problem("name", expected, self.name, "Volcano creates and owns those queues; pick a team name")]
+        return []
 
 
 class VolcanoSettings(Section):
@@ -91,7 +87,7 @@ class VolcanoSettings(Section):
             if queue.name in seen:
                 found.append(
                     Problem(
-                        f"volcano.queues[{i}].name",
+                        f"queues[{i}].name",
                         f"expected a queue name not already used by volcano.queues[{seen[queue.name]}]",
                         queue.name,
                         "each Queue is one cluster-scoped object: merge the two entries or rename one",

@@ -7,9 +7,8 @@ import functools
 import pytest
 
 from components import render, versions
-from components.platform import load_settings
 from components.render import ROOT
-from components.settings import PROJECT, decode
+from components.settings import PROJECT, decode, load_settings
 from tests.conformance.upstream import chart_version_errors, validate_object, values_path_errors
 from tests.conftest import STACKS
 

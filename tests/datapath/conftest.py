@@ -25,12 +25,12 @@ def generated_config(stack: str = "dev") -> dict:
     Returns ``{"redis_conf": str, "volume_secret": dict[str, str], "mount_options": list[str]}``; the
     passwords are the mock engine's stand-ins for pulumi-random's.
     """
-    from components import render
+    from components import mock_engine, render
 
     state = {urn.rsplit("::", 1)[-1]: reg.state for urn, reg in render.run(stack).resources.items()}
 
     def revealed(value):  # the engine's wire form of a secret: {<signature key>: <secret signature>, "value": ...}
-        return value.get("value", value) if render.SECRET_SIGNATURE in value.values() else value
+        return value.get("value", value) if mock_engine.SECRET_SIGNATURE in value.values() else value
 
     return {
         "redis_conf": revealed(state["ai-storage-metadata-config"]["stringData"])["redis.conf"],

@@ -15,7 +15,7 @@ from typing import Any
 
 from pulumi.runtime.mocks import MockResourceArgs
 
-from components import render, versions
+from components import mock_engine, render, versions
 from policy.rules import FLOATING, image_problem, pin_problems, walk
 
 # ---------------------------------------------------------------- helpers
@@ -102,7 +102,7 @@ def pod_security_problems(
 
 def mock_secret_values(registrations: Iterable[render.Registration]) -> set[str]:
     """The values the mock engine generated for secrets (random passwords and strings, IAM keys)."""
-    mocks = render.PlatformMocks()
+    mocks = mock_engine.PlatformMocks()
     values = set()
     for r in registrations:
         _, outputs = mocks.new_resource(MockResourceArgs(r.type, r.name, r.inputs, custom=r.custom))

@@ -7,7 +7,7 @@ import types
 import yaml
 
 from components import kube, render, versions
-from components.settings import Resources
+from components.section import Resources
 from tests.security import checks
 from tests.security.test_gate import PRIVILEGED_NAMESPACES
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from components.__main__ import config_reference
-from components.platform import PlatformSettings, load_settings
 from components.render import ROOT
-from components.settings import SettingsError, leaf_keys
+from components.section import SettingsError, leaf_keys
+from components.settings import PlatformSettings, load_settings
 from components.team import TeamSettings, load_team_settings
 
 KEYS = [key for key, _, _ in leaf_keys(PlatformSettings)]

@@ -4,9 +4,8 @@ import pytest
 import yaml
 
 from components.__main__ import main
-from components.fluid import CacheLevel, FluidSettings, chart_values
-from components.platform import load_settings
-from components.settings import SettingsError
+from components.fluid import FluidSettings, chart_values
+from components.settings import SettingsError, load_settings
 from tests.conftest import by_name, objects
 
 
@@ -90,8 +89,9 @@ def test_juicefs_dataset_without_juicefs_is_a_config_error_with_the_key():
 
 
 def test_cache_low_watermark_must_be_below_high():
-    with pytest.raises(ValueError, match="below high"):
-        CacheLevel(high=0.5, low=0.6)
+    bad = {"enabled": True, "datasets": [{"name": "x", "cache": [{"high": 0.5, "low": 0.6}]}]}
+    with pytest.raises(SettingsError, match=r"fluid\.datasets\[0\]\.cache\[0\]\.low: expected a ratio below high"):
+        load_settings("dev", {"fluid": bad})
 
 
 def test_cli_rejects_a_bad_cache_medium_with_exit_2(tmp_path, capsys):

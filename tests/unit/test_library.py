@@ -45,7 +45,7 @@ def test_library_installs_into_a_fresh_virtualenv_and_imports(fresh_venv, tmp_pa
     venv, source = fresh_venv
     run([str(venv / "bin" / "pip"), "install", "--no-deps", "--quiet", str(source)], tmp_path)
     check = (
-        "import ai_storage_platform.platform as p, ai_storage_platform.versions as v\n"
+        "import ai_storage_platform.settings as p, ai_storage_platform.versions as v\n"
         "s = p.load_settings('prod', {})\n"
         "print(s.object_store.backend, v.JUICEFS_CSI.version, p.__file__)\n"
     )

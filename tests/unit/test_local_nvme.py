@@ -6,8 +6,7 @@ import pytest
 
 from components import local_nvme
 from components.local_nvme import LocalNVMeSettings
-from components.platform import load_settings
-from components.settings import SettingsError
+from components.settings import SettingsError, load_settings
 from tests.conftest import by_name
 
 

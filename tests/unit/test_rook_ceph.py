@@ -7,9 +7,8 @@ import yaml
 
 from components import rook_ceph
 from components.__main__ import main
-from components.platform import load_settings
 from components.rook_ceph import RookCephSettings
-from components.settings import SettingsError
+from components.settings import SettingsError, load_settings
 from tests.conformance.upstream import UPSTREAM
 from tests.conftest import by_name, objects
 

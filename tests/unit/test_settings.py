@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from components.__main__ import main
-from components.platform import PlatformSettings, load_settings
 from components.render import ROOT, stack_file_config
-from components.settings import PROJECT, SettingsError, decode, leaf_keys
+from components.section import SettingsError, leaf_keys
+from components.settings import PROJECT, PlatformSettings, decode, load_settings
 
 BAD_VALUES = [
     # (config overrides, key path in the message, expectation text)

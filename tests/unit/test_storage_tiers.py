@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from components.platform import load_settings
-from components.settings import SettingsError
+from components.settings import SettingsError, load_settings
 from tests.conftest import by_name, objects
 
 WARM_SECRETS = {

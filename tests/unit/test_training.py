@@ -6,8 +6,7 @@ import pytest
 import yaml
 
 from components import training, versions
-from components.platform import load_settings
-from components.settings import SettingsError
+from components.settings import SettingsError, load_settings
 from components.training import GANG_FLAG, v1_operator_transform
 from tests.conformance.upstream import UPSTREAM, validate_kubernetes_object
 from tests.conftest import by_name, objects

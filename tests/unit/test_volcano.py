@@ -4,8 +4,7 @@ import pytest
 import yaml
 
 from components.__main__ import main
-from components.platform import load_settings
-from components.settings import SettingsError
+from components.settings import SettingsError, load_settings
 from components.volcano import QueueResources, QueueSettings, queue_spec
 from tests.conftest import by_name, objects
 

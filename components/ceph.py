@@ -1,0 +1,277 @@
+"""Ceph: the settings of the Ceph cluster Rook runs, their durability rules, and the custom resources they
+become (pure functions, checked against Rook's CRD schemas). ``RookCeph`` creates them.
+
+``storage.useAllDevices`` is always false: Ceph only takes the devices the settings name, never the NVMe
+disks meant for TopoLVM. Values that can lose or destroy data are refused unless the stack opts in by name.
+"""
+
+from __future__ import annotations
+
+import operator
+from functools import reduce
+from typing import Any, Literal
+
+from pydantic import Field
+
+from . import versions
+from .section import DnsLabel, Problem, Regex, Resources, Section
+
+OPT_IN = {
+    "accept_data_loss_risk": "set rookCeph.acceptDataLossRisk: true to accept the risk (dev only)",
+    "allow_even_mon_count": "set rookCeph.allowEvenMonCount: true to accept the quorum-loss risk",
+    "accept_data_destruction_on_delete": "set rookCeph.acceptDataDestructionOnDelete: true to accept the "
+    "data-destruction risk",
+}
+"""The setting that accepts each kind of risk, and how the hint names it."""
+
+
+class CephResources(Section):
+    """Requests and limits of the Rook operator and the Ceph daemons (defaults from Rook's chart values)."""
+
+    operator: Resources = Resources(cpu_request="200m", memory_request="128Mi", memory_limit="512Mi")
+    """The Rook operator."""
+    mon: Resources = Resources(cpu_request="1000m", memory_request="1Gi", memory_limit="2Gi")
+    """Each Ceph monitor."""
+    mgr: Resources = Resources(cpu_request="500m", memory_request="512Mi", memory_limit="1Gi")
+    """Each Ceph manager."""
+    osd: Resources = Resources(cpu_request="1000m", memory_request="4Gi", memory_limit="4Gi")
+    """Each OSD (one per disk)."""
+    mds: Resources = Resources(cpu_request="1000m", memory_request="4Gi", memory_limit="4Gi")
+    """Each CephFS metadata server."""
+    rgw: Resources = Resources(cpu_request="500m", memory_request="512Mi", memory_limit="2Gi")
+    """Each RGW object gateway (objectStore backend `ceph-rgw`)."""
+
+
+class CephNode(Section):
+    """One storage node and the exact disks Ceph may use on it."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+    """Kubernetes node name (the `kubernetes.io/hostname` label)."""
+    devices: list[str] = Field(min_length=1)
+    """Device names (`sdb`) or stable paths (`/dev/disk/by-id/...`) Ceph turns into OSDs."""
+
+
+class CephStorageSettings(Section):
+    """Which disks become OSDs; Rook's `useAllDevices` is always false."""
+
+    device_filter: Regex | None = "^sd[b-z]$"
+    """Regular expression of device names Ceph may use on every node (the default never matches `nvme*`)."""
+    nodes: list[CephNode] = []
+    """Per-node device lists; when set, only these nodes and disks are used and `deviceFilter` is ignored."""
+
+
+class CleanupPolicySettings(Section):
+    """What Rook does to hosts and disks when the CephCluster is deleted (every option here destroys data)."""
+
+    confirmation: Literal["", "yes-really-destroy-data"] = ""
+    """`yes-really-destroy-data` wipes dataDirHostPath and every OSD disk on delete and stops orchestration."""
+    allow_uninstall_with_volumes: bool = False
+    """Let the CephCluster be deleted while PersistentVolumes still use it."""
+    wipe_devices_from_other_clusters: bool = False
+    """Wipe OSD disks that belong to another Ceph cluster."""
+
+    def destructive(self) -> dict[str, Any]:
+        """The options that are set to something that destroys data, by camelCase key."""
+        chosen = self.model_dump(by_alias=True)
+        return {key: value for key, value in chosen.items() if value}
+
+
+class RgwSettings(Section):
+    """The Ceph RGW object store (built when `objectStore.backend` is `ceph-rgw`)."""
+
+    name: DnsLabel = "ai-objects"
+    """CephObjectStore name; the gateway Service is `rook-ceph-rgw-<name>`."""
+    instances: int = Field(2, ge=1, le=16)
+    """RGW gateway pods."""
+    port: int = Field(80, ge=1, le=65535)
+    """HTTP port of the gateway Service."""
+
+
+class RookCephSettings(Section):
+    """Rook-Ceph: operator, CSI drivers, cluster, block pool and the warm and checkpoint filesystems."""
+
+    enabled: bool = True
+    """Install Rook-Ceph and serve the tiers mapped to `cephfs`."""
+    namespace: DnsLabel = "rook-ceph"
+    """Namespace of the operator, the CSI drivers and the cluster (privileged: OSDs, mons and CSI node plugins)."""
+    data_dir_host_path: str = Field("/var/lib/rook", pattern=r"^/[^\s,]+$")
+    """Host directory for Ceph configuration and mon data; delete it before reinstalling a cluster."""
+    mon_count: int = Field(3, ge=1, le=9)
+    """Ceph monitors; an odd number keeps a majority through a network split."""
+    mgr_count: int = Field(2, ge=1, le=5)
+    """Ceph managers (one active, the others standby)."""
+    replica_size: int = Field(3, ge=1, le=7)
+    """Copies of every object in each pool."""
+    min_size: int = Field(2, ge=1, le=7)
+    """Copies that must be written before a write is acknowledged."""
+    failure_domain: Literal["host", "zone", "rack", "osd"] = "host"
+    """CRUSH level across which the copies are spread."""
+    storage: CephStorageSettings = CephStorageSettings()
+    """Disks that become OSDs."""
+    block_pool: DnsLabel = "replicapool"
+    """CephBlockPool name (RBD)."""
+    warm_filesystem: DnsLabel = "ai-warm"
+    """CephFilesystem of the warm tier; its data pool is `<name>-data`."""
+    checkpoint_filesystem: DnsLabel = "ai-checkpoint"
+    """Separate CephFilesystem of the checkpoint tier (own pools and MDS, apart from training reads)."""
+    rgw: RgwSettings = RgwSettings()
+    """Ceph RGW object store (objectStore backend `ceph-rgw`)."""
+    cleanup_policy: CleanupPolicySettings = CleanupPolicySettings()
+    """What deleting the CephCluster does to hosts and disks."""
+    resources: CephResources = CephResources()
+    """Requests and limits of the operator and the Ceph daemons."""
+    accept_data_loss_risk: bool = False
+    """Allow fewer than 3 replicas, minSize below 2, fewer than 3 mons or failureDomain `osd` (dev only)."""
+    allow_even_mon_count: bool = False
+    """Allow an even monitor count (no extra fault tolerance; a split can leave no quorum)."""
+    accept_data_destruction_on_delete: bool = False
+    """Allow a cleanupPolicy that wipes hosts and disks when the CephCluster is deleted."""
+
+    def problems(self) -> list[Problem]:
+        """Durability rules: risky values are rejected unless the stack opts in by name."""
+        if not self.enabled:
+            return []
+        values = self.model_dump(by_alias=True)
+        found = [
+            Problem(key, expected, reduce(operator.getitem, key.split("."), values), f"{why}; {OPT_IN[flag]}")
+            for key, broken, flag, expected, why in self._risks()
+            if broken and not getattr(self, flag)
+        ]
+        if self.min_size > self.replica_size:
+            expected = f"expected at most replicaSize ({self.replica_size})"
+            found.append(
+                Problem("minSize", expected, self.min_size, "pools with minSize above size never accept writes")
+            )
+        if not self.storage.nodes and not self.storage.device_filter:
+            hint = "useAllDevices is always false, so without either Ceph creates no OSDs"
+            found.append(Problem("storage", "expected a deviceFilter or a per-node device list", None, hint))
+        return found
+
+    def _risks(self) -> list[tuple[str, bool, str, str, str]]:
+        """(key, broken, opt-in flag, expected, why) of each rule a stack may break only by opting in."""
+        return [
+            (
+                "replicaSize",
+                self.replica_size < 3,
+                "accept_data_loss_risk",
+                "expected at least 3 copies of every object",
+                "with fewer than 3 replicas one failed disk or host can lose data",
+            ),
+            (
+                "minSize",
+                self.min_size < 2,
+                "accept_data_loss_risk",
+                "expected at least 2 copies written before a write is acknowledged",
+                "with minSize 1 a write held by one copy is lost if that disk fails",
+            ),
+            (
+                "monCount",
+                self.mon_count < 3,
+                "accept_data_loss_risk",
+                "expected at least 3 monitors",
+                "a single monitor is a single point of failure for the cluster maps",
+            ),
+            (
+                "monCount",
+                self.mon_count % 2 == 0,
+                "allow_even_mon_count",
+                "expected an odd number of monitors",
+                "an even count tolerates no more failures than one fewer mon and a network split can leave no "
+                "quorum (all I/O stops)",
+            ),
+            (
+                "failureDomain",
+                self.failure_domain == "osd",
+                "accept_data_loss_risk",
+                "expected host, zone or rack",
+                "with failureDomain osd all copies can sit on one host and be lost with it",
+            ),
+            *(
+                (
+                    f"cleanupPolicy.{key}",
+                    True,
+                    "accept_data_destruction_on_delete",
+                    "expected no destructive cleanup (the default)",
+                    "this wipes Ceph data on hosts and disks when the CephCluster is deleted",
+                )
+                for key in self.cleanup_policy.destructive()
+            ),
+        ]
+
+
+def pool_spec(s: RookCephSettings) -> dict[str, Any]:
+    """A replicated pool as the settings say: size, min_size and failure domain."""
+    return {
+        "failureDomain": s.failure_domain,
+        # Rook refuses size 1 unless requireSafeReplicaSize is off.
+        "replicated": {"size": s.replica_size, "requireSafeReplicaSize": s.replica_size > 1},
+        "parameters": {"min_size": str(s.min_size)},
+    }
+
+
+def cluster_spec(s: RookCephSettings) -> dict[str, Any]:
+    """The CephCluster spec."""
+    storage: dict[str, Any] = {"useAllDevices": False, "useAllNodes": not s.storage.nodes}
+    if s.storage.nodes:
+        storage["nodes"] = [{"name": n.name, "devices": [{"name": d} for d in n.devices]} for n in s.storage.nodes]
+    else:
+        storage["deviceFilter"] = s.storage.device_filter
+    cleanup = s.cleanup_policy
+    return {
+        "cephVersion": {"image": versions.CEPH_IMAGE, "allowUnsupported": False},
+        "dataDirHostPath": s.data_dir_host_path,
+        # Ceph-CSI keys the kernel clients of Linux < 7.0 understand (Rook's v1.20 default).
+        "security": {"cephx": {"csi": {"keyType": "aes"}}},
+        "mon": {"count": s.mon_count, "allowMultiplePerNode": False},
+        "mgr": {"count": s.mgr_count, "allowMultiplePerNode": False},
+        "dashboard": {"enabled": True, "ssl": True},
+        "crashCollector": {"disable": False},
+        "storage": storage,
+        "resources": {
+            "mon": s.resources.mon.spec(),
+            "mgr": s.resources.mgr.spec(),
+            "osd": s.resources.osd.spec(),
+        },
+        "priorityClassNames": {
+            "mon": "system-node-critical",
+            "osd": "system-node-critical",
+            "mgr": "system-cluster-critical",
+        },
+        "disruptionManagement": {"managePodBudgets": True},
+        "cleanupPolicy": {
+            "confirmation": cleanup.confirmation,
+            "allowUninstallWithVolumes": cleanup.allow_uninstall_with_volumes,
+            "wipeDevicesFromOtherClusters": cleanup.wipe_devices_from_other_clusters,
+        },
+    }
+
+
+def filesystem_spec(s: RookCephSettings) -> dict[str, Any]:
+    """A CephFilesystem with one replicated data pool named `data` (Ceph pool `<fs>-data`)."""
+    return {
+        "metadataPool": pool_spec(s),
+        "dataPools": [{"name": "data", **pool_spec(s)}],
+        "preserveFilesystemOnDelete": True,
+        "preservePoolsOnDelete": True,
+        "metadataServer": {
+            "activeCount": 1,
+            "activeStandby": True,
+            "resources": s.resources.mds.spec(),
+            "priorityClassName": "system-cluster-critical",
+        },
+    }
+
+
+def object_store_spec(s: RookCephSettings) -> dict[str, Any]:
+    """A CephObjectStore with replicated pools and an HTTP gateway."""
+    return {
+        "metadataPool": pool_spec(s),
+        "dataPool": pool_spec(s),
+        "preservePoolsOnDelete": True,
+        "gateway": {
+            "port": s.rgw.port,
+            "instances": s.rgw.instances,
+            "resources": s.resources.rgw.spec(),
+            "priorityClassName": "system-cluster-critical",
+        },
+    }

@@ -1,0 +1,190 @@
+"""MinIO: the in-cluster object store backend for dev clusters (community edition, frozen upstream).
+
+MinIO publishes no images after October 2025: the StatefulSet runs the last published image, pinned in
+``versions``. Root credentials come from pulumi-random and are mounted as files; a Job creates the bucket
+(idempotently) and applies the lifecycle rules that expire backups.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+import pulumi_random as random
+from pydantic import Field
+
+from . import kube, versions
+from .bucket import Bucket
+from .section import Problem, Quantity, Resources, Section
+
+PORT = 9000
+ROOT_DIR = "/run/secrets/minio-root"
+"""Where MinIO and the bucket Job read the root credentials (files, not environment variables)."""
+ROOT_MOUNT = {"name": "root-credentials", "mountPath": ROOT_DIR, "readOnly": True}
+ROOT_VOLUME = {"name": "root-credentials", "secret": {"secretName": "minio-root"}}
+JOB_RESOURCES = Resources(memory_limit="128Mi", memory_request="64Mi", cpu_request="50m", cpu_limit="500m")
+
+
+class MinioSettings(Section):
+    """The in-cluster MinIO StatefulSet."""
+
+    replicas: int = Field(1, ge=1, le=16)
+    """MinIO servers; 1 for a single drive, 4 or more for erasure-coded distributed mode."""
+    storage_size: Quantity = "50Gi"
+    """Size of each server's data PVC."""
+    storage_class: str | None = None
+    """StorageClass for the data PVCs; unset uses the cluster default."""
+    resources: Resources = Resources(memory_request="512Mi", memory_limit="2Gi", cpu_request="250m")
+    """Requests and limits of each MinIO server."""
+
+    def problems(self) -> list[Problem]:
+        """Distributed MinIO needs at least four drives."""
+        if self.replicas in (2, 3):
+            return [Problem("replicas", "expected 1, or 4 to 16", self.replicas, "distributed MinIO needs 4 drives")]
+        return []
+
+
+def lifecycle(expirations: Mapping[str, int]) -> str:
+    """The bucket lifecycle document ``mc ilm import`` applies (it replaces the whole configuration)."""
+    rules = [
+        {
+            "ID": f"expire-{prefix.strip('/')}",
+            "Status": "Enabled",
+            "Filter": {"Prefix": prefix},
+            "Expiration": {"Days": days},
+        }
+        for prefix, days in sorted(expirations.items())
+    ]
+    return json.dumps({"Rules": rules}, sort_keys=True)
+
+
+def statefulset_spec(m: MinioSettings, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
+    """The MinIO StatefulSet's ``spec``: one drive per server, distributed across the servers when several."""
+    if m.replicas == 1:
+        server_args = ["server", "/data", "--console-address", ":9001"]
+    else:
+        hosts = f"http://minio-{{0...{m.replicas - 1}}}.minio-hl.{namespace}.svc.cluster.local/data"
+        server_args = ["server", hosts, "--console-address", ":9001"]
+    probe = {"httpGet": {"path": "/minio/health/live", "port": PORT}, "periodSeconds": 15}
+    minio = kube.container(
+        "minio",
+        versions.MINIO_IMAGE,
+        m.resources,
+        args=server_args,
+        env=[
+            {"name": "HOME", "value": "/tmp"},
+            {"name": "MINIO_ROOT_USER_FILE", "value": f"{ROOT_DIR}/MINIO_ROOT_USER"},
+            {"name": "MINIO_ROOT_PASSWORD_FILE", "value": f"{ROOT_DIR}/MINIO_ROOT_PASSWORD"},
+        ],
+        ports=[{"name": "s3", "containerPort": PORT}, {"name": "console", "containerPort": 9001}],
+        livenessProbe=probe,
+        readinessProbe={**probe, "httpGet": {"path": "/minio/health/ready", "port": PORT}},
+        volumeMounts=[{"name": "data", "mountPath": "/data"}, kube.TMP_MOUNT, ROOT_MOUNT],
+    )
+    return {
+        "serviceName": "minio-hl",
+        "replicas": m.replicas,
+        "podManagementPolicy": "Parallel",
+        "selector": {"matchLabels": labels},
+        "template": kube.pod_template(labels, [minio], [kube.TMP_VOLUME, ROOT_VOLUME]),
+        "volumeClaimTemplates": [kube.data_claim_template(m.storage_size, m.storage_class)],
+    }
+
+
+def bucket_job_spec(bucket: str, namespace: str, expirations: Mapping[str, int]) -> dict[str, Any]:
+    """The bucket Job's ``spec``: create the bucket if missing, then apply the expiry rules."""
+    script = (
+        f'mc alias set store "$ENDPOINT" "$(cat {ROOT_DIR}/MINIO_ROOT_USER)" "$(cat {ROOT_DIR}/MINIO_ROOT_PASSWORD)"\n'
+        'mc mb --ignore-existing "store/$BUCKET"\n'
+    )
+    if expirations:
+        script += 'printf %s "$LIFECYCLE" | mc ilm import "store/$BUCKET"\n'
+    mc = kube.container(
+        "mc",
+        versions.MINIO_CLIENT_IMAGE,
+        JOB_RESOURCES,
+        command=["/bin/sh", "-ec"],
+        args=[script],
+        env=[
+            {"name": "MC_CONFIG_DIR", "value": "/tmp/mc"},
+            {"name": "ENDPOINT", "value": f"http://minio.{namespace}.svc:{PORT}"},
+            {"name": "BUCKET", "value": bucket},
+            {"name": "LIFECYCLE", "value": lifecycle(expirations)},
+        ],
+        volumeMounts=[kube.TMP_MOUNT, ROOT_MOUNT],
+    )
+    labels = kube.labels("minio-bucket", "object-store")
+    template = kube.pod_template(labels, [mc], [kube.TMP_VOLUME, ROOT_VOLUME], restartPolicy="OnFailure")
+    return {"backoffLimit": 10, "template": template}
+
+
+def services(name: str, ns: k8s.core.v1.Namespace, labels: dict[str, str], parent: pulumi.Resource) -> list[Any]:
+    """The headless Service the servers find each other through, and the S3 Service clients use."""
+    port = [{"name": "s3", "port": PORT, "targetPort": PORT}]
+    child = pulumi.ResourceOptions(parent=parent)
+    headless = k8s.core.v1.Service(
+        f"{name}-headless",
+        metadata={"name": "minio-hl", "namespace": ns.metadata.name, "labels": labels},
+        spec={"clusterIP": "None", "publishNotReadyAddresses": True, "selector": labels, "ports": port},
+        opts=child,
+    )
+    service = k8s.core.v1.Service(
+        f"{name}-service",
+        metadata={"name": "minio", "namespace": ns.metadata.name, "labels": labels},
+        spec={"selector": labels, "ports": port},
+        opts=child,
+    )
+    return [headless, service]
+
+
+def minio_bucket(
+    name: str,
+    bucket: str,
+    m: MinioSettings,
+    ns: k8s.core.v1.Namespace,
+    namespace: str,
+    protect: bool,
+    expirations: Mapping[str, int],
+    parent: pulumi.Resource,
+) -> Bucket:
+    """MinIO servers with generated root credentials, and a Job that creates ``bucket``."""
+    child = pulumi.ResourceOptions(parent=parent)
+    user = random.RandomString(f"{name}-root-user", length=12, special=False, upper=False, opts=child)
+    password = random.RandomPassword(f"{name}-root-password", length=40, special=False, opts=child)
+    access_key: pulumi.Output[str] = pulumi.Output.secret(user.result)
+    root = k8s.core.v1.Secret(
+        f"{name}-root",
+        metadata={"name": "minio-root", "namespace": ns.metadata.name},
+        type="Opaque",
+        string_data={"MINIO_ROOT_USER": access_key, "MINIO_ROOT_PASSWORD": password.result},
+        opts=child,
+    )
+    labels = kube.labels("minio", "object-store")
+    headless, service = services(name, ns, labels, parent)
+    policy = kube.ingress_policy(f"{name}-network-policy", ns.metadata.name, labels, [PORT], parent)
+    statefulset = k8s.apps.v1.StatefulSet(
+        f"{name}-minio",
+        metadata=kube.workload_metadata("minio", ns.metadata.name, m.resources, labels),
+        spec=statefulset_spec(m, namespace, labels),
+        opts=kube.stateful(parent, protect, depends_on=[root, headless, policy]),
+    )
+    job_labels = kube.labels("minio-bucket", "object-store")
+    job_policy = kube.ingress_policy(f"{name}-bucket-network-policy", ns.metadata.name, job_labels, [], parent)
+    k8s.batch.v1.Job(
+        f"{name}-bucket",
+        metadata=kube.workload_metadata(f"minio-bucket-{bucket}"[:63], ns.metadata.name, JOB_RESOURCES),
+        spec=bucket_job_spec(bucket, namespace, expirations),
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=[statefulset, service, job_policy]),
+    )
+    endpoint = pulumi.Output.concat("http://minio.", namespace, f".svc.cluster.local:{PORT}")
+    return Bucket(
+        storage_type="minio",
+        endpoint=endpoint,
+        bucket=pulumi.Output.from_input(bucket),
+        bucket_url=pulumi.Output.concat(endpoint, "/", bucket),
+        access_key=access_key,
+        secret_key=password.result,
+    )
