@@ -166,8 +166,11 @@ def _redis_durable(args: ResourceValidationArgs, report: ReportViolation) -> Non
             flags = dict(itertools.pairwise(words))
             for flag, value in REDIS_DURABILITY.items():
                 if flags.get(flag) != value:
-                    report(f"redis-server in {container.get('name')!r} must run with {flag} {value} on its "
-                           "command line (JuiceFS loses metadata if Redis evicts keys or skips the AOF)", None)
+                    report(
+                        f"redis-server in {container.get('name')!r} must run with {flag} {value} on its "
+                        "command line (JuiceFS loses metadata if Redis evicts keys or skips the AOF)",
+                        None,
+                    )
 
 
 def _no_latest(args: ResourceValidationArgs, report: ReportViolation) -> None:

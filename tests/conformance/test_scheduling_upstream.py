@@ -13,8 +13,14 @@ VARIANTS = {
     "queues-with-guarantee-and-deserved": {
         "volcano": {
             "queues": [
-                {"name": "team-a", "weight": 4, "capability": {"cpu": 64, "memory": "256Gi", "gpu": 8},
-                 "guarantee": {"gpu": 2}, "deserved": {"cpu": "500m", "memory": "1Gi"}, "reclaimable": False},
+                {
+                    "name": "team-a",
+                    "weight": 4,
+                    "capability": {"cpu": 64, "memory": "256Gi", "gpu": 8},
+                    "guarantee": {"gpu": 2},
+                    "deserved": {"cpu": "500m", "memory": "1Gi"},
+                    "reclaimable": False,
+                },
                 {"name": "team-b"},
             ]
         }
@@ -23,10 +29,22 @@ VARIANTS = {
         "fluid": {
             "dataAffinity": "required",
             "datasets": [
-                {"name": "imagenet-mini", "prewarm": True, "prewarmPaths": ["/train", "/val"],
-                 "cache": [{"medium": "MEM", "quota": "1Gi"}, {"medium": "SSD", "path": "/mnt/nvme", "quota": "50Gi"}]},
-                {"name": "coco", "namespace": "datasets", "runtime": "alluxio", "replicas": 3,
-                 "cache": [{"medium": "HDD", "path": "/mnt/hdd", "quota": "1Ti", "high": 0.8, "low": 0.5}]},
+                {
+                    "name": "imagenet-mini",
+                    "prewarm": True,
+                    "prewarmPaths": ["/train", "/val"],
+                    "cache": [
+                        {"medium": "MEM", "quota": "1Gi"},
+                        {"medium": "SSD", "path": "/mnt/nvme", "quota": "50Gi"},
+                    ],
+                },
+                {
+                    "name": "coco",
+                    "namespace": "datasets",
+                    "runtime": "alluxio",
+                    "replicas": 3,
+                    "cache": [{"medium": "HDD", "path": "/mnt/hdd", "quota": "1Ti", "high": 0.8, "low": 0.5}],
+                },
             ],
         }
     },

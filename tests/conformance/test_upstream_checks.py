@@ -45,9 +45,7 @@ DATASET = {
                 "encryptOptions": [
                     {
                         "name": "metaurl",
-                        "valueFrom": {
-                            "secretKeyRef": {"name": "jfs-secret", "key": "metaurl"}
-                        },
+                        "valueFrom": {"secretKeyRef": {"name": "jfs-secret", "key": "metaurl"}},
                     },
                 ],
             }
@@ -78,18 +76,10 @@ TRAINING_RUNTIME = {
                     {
                         "name": "node",
                         "template": {
-                            "metadata": {
-                                "labels": {
-                                    "trainer.kubeflow.org/trainjob-ancestor-step": "trainer"
-                                }
-                            },
+                            "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
                             "spec": {
                                 "template": {
-                                    "metadata": {
-                                        "annotations": {
-                                            "scheduling.volcano.sh/queue-name": "team-a"
-                                        }
-                                    },
+                                    "metadata": {"annotations": {"scheduling.volcano.sh/queue-name": "team-a"}},
                                     "spec": {
                                         "schedulerName": "volcano",
                                         "containers": [
@@ -107,9 +97,7 @@ TRAINING_RUNTIME = {
                                         "volumes": [
                                             {
                                                 "name": "checkpoints",
-                                                "persistentVolumeClaim": {
-                                                    "claimName": "checkpoints"
-                                                },
+                                                "persistentVolumeClaim": {"claimName": "checkpoints"},
                                             }
                                         ],
                                     },
@@ -221,9 +209,7 @@ def test_crd_index_covers_every_component_and_skips_helm_templates():
     assert crd_schema("ceph.rook.io/v1", "CephCluster") is not None
     assert crd_schema("csi.ceph.io/v1", "Driver") is not None
     assert crd_schema("trainer.kubeflow.org/v1alpha1", "TrainJob") is not None
-    assert (
-        crd_schema("topolvm.io/v1", "LogicalVolume") is not None
-    )  # from crds/plain, not the templates
+    assert crd_schema("topolvm.io/v1", "LogicalVolume") is not None  # from crds/plain, not the templates
     # sts.min.io PolicyBinding serves two versions; both are indexed
     assert crd_schema("sts.min.io/v1alpha1", "PolicyBinding") is not None
     assert crd_schema("sts.min.io/v1beta1", "PolicyBinding") is not None
@@ -273,15 +259,10 @@ RULES = {
 def test_crd_patterns_match_with_go_semantics():
     # (?i) after ^ makes the rest case-insensitive in RE2, as on the API server.
     assert validate_custom_resource(RULES) == []
-    assert validate_custom_resource(
-        changed(RULES, "spec.groups.0.partial_response_strategy", "")
-    ) == []
-    errors = validate_custom_resource(
-        changed(RULES, "spec.groups.0.partial_response_strategy", "retry")
-    )
+    assert validate_custom_resource(changed(RULES, "spec.groups.0.partial_response_strategy", "")) == []
+    errors = validate_custom_resource(changed(RULES, "spec.groups.0.partial_response_strategy", "retry"))
     assert errors == [
-        "PrometheusRule/storage: spec.groups[0].partial_response_strategy: "
-        "'retry' does not match '^(?i)(abort|warn)?$'"
+        "PrometheusRule/storage: spec.groups[0].partial_response_strategy: 'retry' does not match '^(?i)(abort|warn)?$'"
     ]
 
 
@@ -294,9 +275,7 @@ def test_volcano_queue_passes():
 
 def test_volcano_queue_with_unknown_field_fails_with_did_you_mean():
     broken = changed(QUEUE, "spec.wieght", 2)
-    assert validate_custom_resource(broken) == [
-        "Queue/team-a: spec.wieght: unknown field (did you mean 'weight'?)"
-    ]
+    assert validate_custom_resource(broken) == ["Queue/team-a: spec.wieght: unknown field (did you mean 'weight'?)"]
 
 
 def test_volcano_queue_with_wrong_type_fails_with_path():
@@ -306,31 +285,19 @@ def test_volcano_queue_with_wrong_type_fails_with_path():
 
 
 def test_volcano_queue_enforces_minimum_and_quantity_pattern():
-    errors = validate_custom_resource(
-        changed(changed(QUEUE, "spec.weight", 0), "spec.capability.cpu", "lots")
-    )
-    assert any(
-        e.startswith("Queue/team-a: spec.weight: 0 is less than the minimum")
-        for e in errors
-    )
-    assert any(
-        e.startswith("Queue/team-a: spec.capability.cpu: 'lots' does not match")
-        for e in errors
-    )
+    errors = validate_custom_resource(changed(changed(QUEUE, "spec.weight", 0), "spec.capability.cpu", "lots"))
+    assert any(e.startswith("Queue/team-a: spec.weight: 0 is less than the minimum") for e in errors)
+    assert any(e.startswith("Queue/team-a: spec.capability.cpu: 'lots' does not match") for e in errors)
 
 
 def test_int_or_string_accepts_both_and_rejects_other_types():
     assert validate_custom_resource(changed(QUEUE, "spec.capability.cpu", 64)) == []
     errors = validate_custom_resource(changed(QUEUE, "spec.capability.cpu", [64]))
-    assert errors == [
-        "Queue/team-a: spec.capability.cpu: [64] is not of type 'integer', 'string'"
-    ]
+    assert errors == ["Queue/team-a: spec.capability.cpu: [64] is not of type 'integer', 'string'"]
 
 
 def test_custom_resource_without_metadata_name_fails():
-    errors = validate_custom_resource(
-        changed(QUEUE, "metadata", {"labels": {"a": "b"}})
-    )
+    errors = validate_custom_resource(changed(QUEUE, "metadata", {"labels": {"a": "b"}}))
     assert errors == ["Queue/<unnamed>: metadata: 'name' is a required property"]
 
 
@@ -339,12 +306,8 @@ def test_fluid_dataset_passes():
 
 
 def test_fluid_dataset_missing_mount_point_fails():
-    errors = validate_custom_resource(
-        changed(DATASET, "spec.mounts.0", {"name": "imagenet"})
-    )
-    assert errors == [
-        "Dataset/imagenet: spec.mounts[0]: 'mountPoint' is a required property"
-    ]
+    errors = validate_custom_resource(changed(DATASET, "spec.mounts.0", {"name": "imagenet"}))
+    assert errors == ["Dataset/imagenet: spec.mounts[0]: 'mountPoint' is a required property"]
 
 
 def test_rook_block_pool_passes():
@@ -353,18 +316,11 @@ def test_rook_block_pool_passes():
 
 def test_rook_block_pool_with_unknown_field_fails():
     errors = validate_custom_resource(changed(BLOCK_POOL, "spec.replicated.sizes", 3))
-    assert errors == [
-        "CephBlockPool/checkpoint: spec.replicated.sizes: unknown field (did you mean 'size'?)"
-    ]
+    assert errors == ["CephBlockPool/checkpoint: spec.replicated.sizes: unknown field (did you mean 'size'?)"]
 
 
 def test_rook_block_pool_nullable_field_accepts_null():
-    assert (
-        validate_custom_resource(
-            changed(BLOCK_POOL, "spec.replicated.hybridStorage", None)
-        )
-        == []
-    )
+    assert validate_custom_resource(changed(BLOCK_POOL, "spec.replicated.hybridStorage", None)) == []
 
 
 def test_cluster_training_runtime_passes_and_loads_quickly():
@@ -387,9 +343,7 @@ def test_cluster_training_runtime_with_unknown_container_field_fails():
 
 def test_cluster_training_runtime_with_duplicate_replicated_job_names_fails():
     jobs = TRAINING_RUNTIME["spec"]["template"]["spec"]["replicatedJobs"]
-    errors = validate_custom_resource(
-        changed(TRAINING_RUNTIME, "spec.template.spec.replicatedJobs", jobs * 2)
-    )
+    errors = validate_custom_resource(changed(TRAINING_RUNTIME, "spec.template.spec.replicatedJobs", jobs * 2))
     assert errors == [
         (
             "ClusterTrainingRuntime/torch-distributed-volcano: spec.template.spec.replicatedJobs: "
@@ -408,70 +362,42 @@ def test_custom_resource_of_unknown_kind_fails():
 # ---------------------------------------------------------------- built-in objects
 
 
-@pytest.mark.parametrize(
-    "obj", [STORAGE_CLASS, STATEFUL_SET, SECRET], ids=lambda o: o["kind"]
-)
+@pytest.mark.parametrize("obj", [STORAGE_CLASS, STATEFUL_SET, SECRET], ids=lambda o: o["kind"])
 def test_builtin_object_passes_strict_validation(obj):
     assert validate_kubernetes_object(obj, K8S) == []
 
 
 def test_storage_class_with_unknown_field_fails():
-    errors = validate_kubernetes_object(
-        changed(STORAGE_CLASS, "mountOption", ["noatime"]), K8S
-    )
-    assert errors == [
-        "StorageClass/hot: mountOption: unknown field (did you mean 'mountOptions'?)"
-    ]
+    errors = validate_kubernetes_object(changed(STORAGE_CLASS, "mountOption", ["noatime"]), K8S)
+    assert errors == ["StorageClass/hot: mountOption: unknown field (did you mean 'mountOptions'?)"]
 
 
 def test_stateful_set_with_unknown_container_field_fails():
-    errors = validate_kubernetes_object(
-        changed(STATEFUL_SET, "spec.template.spec.containers.0.port", 6379), K8S
-    )
-    assert errors == [
-        "StatefulSet/redis: spec.template.spec.containers[0].port: unknown field (did you mean 'ports'?)"
-    ]
+    errors = validate_kubernetes_object(changed(STATEFUL_SET, "spec.template.spec.containers.0.port", 6379), K8S)
+    assert errors == ["StatefulSet/redis: spec.template.spec.containers[0].port: unknown field (did you mean 'ports'?)"]
 
 
 def test_secret_with_wrong_type_fails():
     errors = validate_kubernetes_object(changed(SECRET, "stringData.storage", 3), K8S)
-    assert errors == [
-        "Secret/jfs-secret: stringData.storage: 3 is not of type 'string', 'null'"
-    ]
+    assert errors == ["Secret/jfs-secret: stringData.storage: 3 is not of type 'string', 'null'"]
 
 
 def test_kubernetes_version_outside_kubernetes_validate_range_fails():
     errors = validate_kubernetes_object(SECRET, "1.24")
-    assert (
-        len(errors) == 1
-        and "has schemas for Kubernetes 1.25 to" in errors[0]
-        and errors[0].endswith("not 1.24")
-    )
+    assert len(errors) == 1 and "has schemas for Kubernetes 1.25 to" in errors[0] and errors[0].endswith("not 1.24")
 
 
 def test_unknown_builtin_kind_fails():
-    errors = validate_kubernetes_object(
-        {"apiVersion": "v1", "kind": "Widget", "metadata": {"name": "w"}}, K8S
-    )
-    assert errors == [
-        "Widget/w: Couldn't find schema for kind Widget with api version v1 for kubernetes version 1.33"
-    ]
+    errors = validate_kubernetes_object({"apiVersion": "v1", "kind": "Widget", "metadata": {"name": "w"}}, K8S)
+    assert errors == ["Widget/w: Couldn't find schema for kind Widget with api version v1 for kubernetes version 1.33"]
 
 
 def test_router_sends_core_groups_to_kubernetes_validate_and_the_rest_to_crds():
-    assert (
-        is_builtin_kind(SECRET)
-        and is_builtin_kind(STATEFUL_SET)
-        and is_builtin_kind(STORAGE_CLASS)
-    )
+    assert is_builtin_kind(SECRET) and is_builtin_kind(STATEFUL_SET) and is_builtin_kind(STORAGE_CLASS)
     assert not is_builtin_kind(QUEUE)
     # CRD groups that look built-in: Volcano's batch Job and the CSI snapshot CRDs
-    assert not is_builtin_kind(
-        {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job"}
-    )
-    assert not is_builtin_kind(
-        {"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass"}
-    )
+    assert not is_builtin_kind({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job"})
+    assert not is_builtin_kind({"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass"})
     assert validate_object(STORAGE_CLASS, K8S) == []
     assert validate_object(BLOCK_POOL, K8S) == []
     assert validate_object(changed(QUEUE, "spec.weight", "x"), K8S) == [
@@ -483,18 +409,11 @@ def test_router_sends_core_groups_to_kubernetes_validate_and_the_rest_to_crds():
 
 
 def test_existing_value_path_passes():
-    assert (
-        values_path_errors(
-            "juicefs-csi-driver", {"csidriver": {"disableHooks": True}}, {}
-        )
-        == []
-    )
+    assert values_path_errors("juicefs-csi-driver", {"csidriver": {"disableHooks": True}}, {}) == []
 
 
 def test_misspelt_value_path_fails_with_did_you_mean():
-    assert values_path_errors(
-        "juicefs-csi-driver", {"csidriver": {"disableHook": True}}, {}
-    ) == [
+    assert values_path_errors("juicefs-csi-driver", {"csidriver": {"disableHook": True}}, {}) == [
         (
             "juicefs-csi-driver: csidriver.disableHook is not in upstream juicefs-csi-driver/values.yaml "
             "(nearest existing parent: csidriver; did you mean csidriver.disableHooks?)"
@@ -503,9 +422,7 @@ def test_misspelt_value_path_fails_with_did_you_mean():
 
 
 def test_unknown_top_level_value_names_the_top_level():
-    errors = values_path_errors(
-        "volcano", {"customs": {"scheduler_name": "volcano"}}, {}
-    )
+    errors = values_path_errors("volcano", {"customs": {"scheduler_name": "volcano"}}, {})
     assert errors == [
         (
             "volcano: customs.scheduler_name is not in upstream volcano/values.yaml "
@@ -516,9 +433,7 @@ def test_unknown_top_level_value_names_the_top_level():
 
 def test_upstream_list_empty_mapping_or_null_leaves_the_path_open():
     values = {
-        "storageClasses": [
-            {"name": "cold", "enabled": True, "reclaimPolicy": "Retain"}
-        ],  # list upstream
+        "storageClasses": [{"name": "cold", "enabled": True, "reclaimPolicy": "Retain"}],  # list upstream
         "node": {"nodeSelector": {"storage": "nvme"}},  # {} upstream
     }
     assert values_path_errors("juicefs-csi-driver", values, {}) == []
@@ -563,9 +478,7 @@ def test_subchart_values_are_checked_against_the_subchart():
         )
         == []
     )
-    assert values_path_errors(
-        "kubeflow-trainer", {"jobset": {"controler": {"replicas": 2}}}, {}
-    ) == [
+    assert values_path_errors("kubeflow-trainer", {"jobset": {"controler": {"replicas": 2}}}, {}) == [
         (
             "kubeflow-trainer: jobset.controler.replicas is not in upstream kubeflow-trainer/values.yaml or subchart "
             "kubeflow-trainer/jobset/values.yaml (nearest existing parent: jobset; did you mean jobset.controller?)"
@@ -574,9 +487,7 @@ def test_subchart_values_are_checked_against_the_subchart():
 
 
 def test_rook_cluster_values_paths():
-    values = {
-        "cephClusterSpec": {"storage": {"useAllDevices": False, "useAllNodes": True}}
-    }
+    values = {"cephClusterSpec": {"storage": {"useAllDevices": False, "useAllNodes": True}}}
     assert values_path_errors("rook-ceph/rook-ceph-cluster", values, {}) == []
 
 
@@ -606,12 +517,7 @@ def test_older_pin_fails():
 
 
 def test_newer_pin_passes_only_with_a_reason():
-    assert (
-        chart_version_errors(
-            {"fluid": "1.0.9"}, {"fluid": "1.0.9 fixes the JuiceFS fuse sidecar"}
-        )
-        == []
-    )
+    assert chart_version_errors({"fluid": "1.0.9"}, {"fluid": "1.0.9 fixes the JuiceFS fuse sidecar"}) == []
     assert chart_version_errors({"fluid": "1.0.9"}) == [
         (
             "fluid: pinned 1.0.9 is newer than the upstream reference 1.0.8; "
@@ -625,6 +531,4 @@ def test_unknown_chart_or_unparseable_pin_fails():
     assert chart_version_errors({"no-such-chart": "1.0.0"}) == [
         f"no-such-chart: no upstream Chart.yaml under {upstream.UPSTREAM}"
     ]
-    assert chart_version_errors({"topolvm": "latest"}) == [
-        "topolvm: pin 'latest' is not a version"
-    ]
+    assert chart_version_errors({"topolvm": "latest"}) == ["topolvm: pin 'latest' is not a version"]

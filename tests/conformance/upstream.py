@@ -23,10 +23,7 @@ import yaml
 from kubernetes_validate import utils as kv_utils
 from packaging.version import InvalidVersion, Version
 
-SHARED = Path(
-    os.environ.get("AI_STORAGE_SHARED")
-    or Path(__file__).resolve().parents[2].parent / "shared"
-)
+SHARED = Path(os.environ.get("AI_STORAGE_SHARED") or Path(__file__).resolve().parents[2].parent / "shared")
 UPSTREAM = SHARED / "upstream"
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -64,10 +61,7 @@ def _crd_index() -> dict[tuple[str, str], dict[str, Any]]:
         if "CustomResourceDefinition" not in text or "{{" in text:
             continue  # not a CRD file, or a Helm template rather than plain YAML
         for doc in yaml.load_all(text, Loader=_Loader):
-            if (
-                not isinstance(doc, dict)
-                or doc.get("kind") != "CustomResourceDefinition"
-            ):
+            if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
                 continue
             spec = doc["spec"]
             for version in spec["versions"]:
@@ -76,9 +70,7 @@ def _crd_index() -> dict[tuple[str, str], dict[str, Any]]:
                 key = (f"{spec['group']}/{version['name']}", spec["names"]["kind"])
                 schema = version["schema"]["openAPIV3Schema"]
                 if index.setdefault(key, schema) != schema:
-                    raise ValueError(
-                        f"{path}: {key} is defined twice upstream with different schemas"
-                    )
+                    raise ValueError(f"{path}: {key} is defined twice upstream with different schemas")
     return index
 
 
@@ -89,17 +81,11 @@ def crd_schema(api_version: str, kind: str) -> dict[str, Any] | None:
 
 def _structural(node: Mapping[str, Any]) -> dict[str, Any]:
     """Turn one structural-schema node into JSON Schema with Kubernetes pruning semantics."""
-    out = {
-        k: v
-        for k, v in node.items()
-        if not k.startswith("x-kubernetes-") or k in _K8S_STRUCTURAL_KEYS
-    }
+    out = {k: v for k, v in node.items() if not k.startswith("x-kubernetes-") or k in _K8S_STRUCTURAL_KEYS}
     out.pop("nullable", None)
     keeps_unknown = node.get("x-kubernetes-preserve-unknown-fields")
     if "properties" in node:
-        out["properties"] = {
-            name: _structural(sub) for name, sub in node["properties"].items()
-        }
+        out["properties"] = {name: _structural(sub) for name, sub in node["properties"].items()}
     if isinstance(node.get("items"), Mapping):
         out["items"] = _structural(node["items"])
     if isinstance(node.get("additionalProperties"), Mapping):
@@ -137,9 +123,7 @@ def _root_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _list_type(
-    validator: Any, list_type: str, instance: Any, schema: Mapping[str, Any]
-) -> Iterator[Any]:
+def _list_type(validator: Any, list_type: str, instance: Any, schema: Mapping[str, Any]) -> Iterator[Any]:
     """x-kubernetes-list-type: set items, and map items' key tuples, must be unique."""
     if not validator.is_type(instance, "array") or list_type not in ("set", "map"):
         return
@@ -153,9 +137,7 @@ def _list_type(
         else:
             continue  # a non-object item is reported by "type"
         if key in seen:
-            yield jsonschema.ValidationError(
-                f"duplicate entry {key!r} in a list of type {list_type}"
-            )
+            yield jsonschema.ValidationError(f"duplicate entry {key!r} in a list of type {list_type}")
         seen.append(key)
 
 
@@ -166,9 +148,7 @@ def go_regexp(pattern: str) -> Any:
     return re2.compile(pattern)
 
 
-def _pattern(
-    validator: Any, pattern: str, instance: Any, schema: Mapping[str, Any]
-) -> Iterator[Any]:
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Mapping[str, Any]) -> Iterator[Any]:
     """The ``pattern`` keyword with RE2 semantics instead of jsonschema's ``re.search``."""
     if validator.is_type(instance, "string") and not go_regexp(pattern).search(instance):
         yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
@@ -205,9 +185,7 @@ def _describe(label: str, error: jsonschema.ValidationError) -> list[str]:
         for field in sorted(set(error.instance) - set(known)):
             hint = difflib.get_close_matches(field, known, n=1)
             did_you_mean = f" (did you mean '{hint[0]}'?)" if hint else ""
-            messages.append(
-                f"{label}: {_json_path([*path, field])}: unknown field{did_you_mean}"
-            )
+            messages.append(f"{label}: {_json_path([*path, field])}: unknown field{did_you_mean}")
         return messages
     message = error.message
     if len(message) > _MESSAGE_LIMIT:
@@ -224,12 +202,8 @@ def validate_custom_resource(obj: Mapping[str, Any]) -> list[str]:
     api_version, kind = obj.get("apiVersion"), obj.get("kind")
     validator = _cr_validator(api_version, kind) if api_version and kind else None
     if validator is None:
-        return [
-            f"{label}: no upstream schema for {api_version} {kind} under {UPSTREAM}"
-        ]
-    errors = sorted(
-        validator.iter_errors(obj), key=lambda e: [str(p) for p in e.absolute_path]
-    )
+        return [f"{label}: no upstream schema for {api_version} {kind} under {UPSTREAM}"]
+    errors = sorted(validator.iter_errors(obj), key=lambda e: [str(p) for p in e.absolute_path])
     return [message for error in errors for message in _describe(label, error)]
 
 
@@ -245,9 +219,7 @@ def _major_minor(version: str) -> Version:
 def _builtin_groups() -> frozenset[str]:
     """API groups of all kinds in kubernetes-validate's newest schemas ("" is the core group)."""
     latest = kv_utils.latest_version()
-    definitions = kv_utils.schema_contents(
-        f"kubernetes-json-schema/v{latest}-local-strict/_definitions.json", latest
-    )
+    definitions = kv_utils.schema_contents(f"kubernetes-json-schema/v{latest}-local-strict/_definitions.json", latest)
     return frozenset(
         gvk["group"]
         for definition in definitions["$defs"].values()
@@ -264,9 +236,7 @@ def is_builtin_kind(obj: Mapping[str, Any]) -> bool:
     return _group(str(obj.get("apiVersion", ""))) in _builtin_groups()
 
 
-def validate_kubernetes_object(
-    obj: Mapping[str, Any], kubernetes_version: str
-) -> list[str]:
+def validate_kubernetes_object(obj: Mapping[str, Any], kubernetes_version: str) -> list[str]:
     """Validate a built-in object, strict, for e.g. "1.33"; kubernetes-validate reports one error."""
     label = _label(obj)
     if not obj.get("apiVersion") or not obj.get("kind"):
@@ -304,9 +274,7 @@ def _chart_values(chart_dir: str) -> Any:
     return yaml.load((UPSTREAM / chart_dir / "values.yaml").read_text(), Loader=_Loader)
 
 
-def _leaves(
-    values: Mapping[str, Any], prefix: tuple[str, ...] = ()
-) -> Iterator[tuple[tuple[str, ...], Any]]:
+def _leaves(values: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
     """Every leaf (path, value) of a values tree; lists and empty mappings are leaves."""
     for key, value in values.items():
         path = (*prefix, str(key))
@@ -343,20 +311,11 @@ def _path_error(
             return f"{full}: {parent} is a {what} in upstream {source}, not a mapping"
         if segment not in node:
             hint = difflib.get_close_matches(segment, [str(k) for k in node], n=1)
-            did_you_mean = (
-                f"; did you mean {_dotted((*at, *path[:depth], hint[0]))}?"
-                if hint
-                else ""
-            )
+            did_you_mean = f"; did you mean {_dotted((*at, *path[:depth], hint[0]))}?" if hint else ""
             nearest = f"nearest existing parent: {parent}{did_you_mean}"
             return f"{full} is not in upstream {source} ({nearest})"
         node = node[segment]
-    if (
-        isinstance(node, Mapping)
-        and node
-        and value is not None
-        and not isinstance(value, Mapping)
-    ):
+    if isinstance(node, Mapping) and node and value is not None and not isinstance(value, Mapping):
         full = _dotted((*at, *path))
         return f"{full} is a mapping in upstream {source}; {value!r} would replace its keys"
     return None
@@ -374,11 +333,7 @@ def values_path_errors(
     A null value (Helm's "delete this default") only needs its path to exist.
     """
     free_form = free_form or {}
-    errors = [
-        f"{chart_dir}: free-form prefix {p!r} needs a reason"
-        for p, why in free_form.items()
-        if not why.strip()
-    ]
+    errors = [f"{chart_dir}: free-form prefix {p!r} needs a reason" for p, why in free_form.items() if not why.strip()]
     try:
         upstream = _chart_values(chart_dir)
     except FileNotFoundError:
@@ -392,9 +347,7 @@ def values_path_errors(
         if error and path[0] in subcharts and len(path) > 1:
             sub_dir = subcharts[path[0]]
             source = f"{chart_dir}/values.yaml or subchart {sub_dir}/values.yaml"
-            error = _path_error(
-                _chart_values(sub_dir), path[1:], value, source, at=path[:1]
-            )
+            error = _path_error(_chart_values(sub_dir), path[1:], value, source, at=path[:1])
         if error:
             errors.append(f"{chart_dir}: {error}")
     return errors
@@ -420,9 +373,7 @@ def upstream_chart_version(chart_dir: str) -> str:
     repo = VERSION_FROM_SOURCE_TAG.get(chart_dir)
     if repo:
         source = _source_txt(chart_dir)
-        found = re.search(
-            rf"github\.com/{re.escape(repo)}\s+tag\s+(\S+)", source.read_text()
-        )
+        found = re.search(rf"github\.com/{re.escape(repo)}\s+tag\s+(\S+)", source.read_text())
         if not found:
             raise LookupError(f"{chart_dir}: {source} records no tag for {repo}")
         return found.group(1)
@@ -432,9 +383,7 @@ def upstream_chart_version(chart_dir: str) -> str:
     return str(yaml.load(chart.read_text(), Loader=_Loader)["version"])
 
 
-def chart_version_errors(
-    pins: Mapping[str, str], newer_reasons: Mapping[str, str] | None = None
-) -> list[str]:
+def chart_version_errors(pins: Mapping[str, str], newer_reasons: Mapping[str, str] | None = None) -> list[str]:
     """Compare pinned chart versions (chart_dir -> version) with the upstream reference.
 
     Equal passes; older fails; newer passes only with a non-empty reason in `newer_reasons`
@@ -454,12 +403,8 @@ def chart_version_errors(
             errors.append(f"{chart_dir}: pin {pin!r} is not a version")
             continue
         if pinned < Version(reference):
-            errors.append(
-                f"{chart_dir}: pinned {pin} is older than the upstream reference {reference}"
-            )
-        elif (
-            pinned > Version(reference) and not newer_reasons.get(chart_dir, "").strip()
-        ):
+            errors.append(f"{chart_dir}: pinned {pin} is older than the upstream reference {reference}")
+        elif pinned > Version(reference) and not newer_reasons.get(chart_dir, "").strip():
             errors.append(
                 f"{chart_dir}: pinned {pin} is newer than the upstream reference {reference}; "
                 "give the reason in newer_reasons or refresh the shared upstream files"

@@ -121,8 +121,9 @@ def test_prod_ceph_pools_keep_three_copies():
     assert violations(rule, {**pool, "spec": {"replicated": {"size": 3}}}, stack="prod") == []
     assert violations(rule, small, stack="dev") == []
     assert violations(rule, small, stack="prod-eu")
-    assert violations(rule, fs, stack="prod") == ["spec.dataPools[0].replicated.size is 1: prod stacks keep at least "
-                                                   "3 copies of every pool"]
+    assert violations(rule, fs, stack="prod") == [
+        "spec.dataPools[0].replicated.size is 1: prod stacks keep at least 3 copies of every pool"
+    ]
 
 
 def test_redis_runs_with_noeviction_and_aof():

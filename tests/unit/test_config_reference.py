@@ -22,9 +22,7 @@ def nested(key: str, value: object) -> dict:
 
 
 def test_docs_config_md_is_current():
-    assert (ROOT / "docs" / "config.md").read_text() == config_reference(), (
-        "run: python -m components docs"
-    )
+    assert (ROOT / "docs" / "config.md").read_text() == config_reference(), "run: python -m components docs"
 
 
 @pytest.mark.parametrize(

@@ -54,7 +54,10 @@ def test_every_fluid_resource_waits_for_the_chart(render_stack):
 
 def test_alluxio_dataset_reads_the_bucket_over_s3(render_stack):
     dataset = {
-        "name": "coco", "runtime": "alluxio", "path": "/coco/", "replicas": 2,
+        "name": "coco",
+        "runtime": "alluxio",
+        "path": "/coco/",
+        "replicas": 2,
         "cache": [{"medium": "SSD", "path": "/mnt/nvme/fluid", "quota": "100Gi", "high": 0.9, "low": 0.6}],
     }
     result, _ = render_stack("dev", fluid={"datasets": [dataset]})
@@ -81,8 +84,14 @@ def test_data_affinity_sets_the_webhook_plugin_profile():
 
 def test_juicefs_dataset_without_juicefs_is_a_config_error_with_the_key():
     with pytest.raises(SettingsError) as err:
-        load_settings("dev", {"juicefs": {"enabled": False}, "tiers": {"cold": "none", "checkpoint": "none"},
-                              "training": {"enabled": False}})
+        load_settings(
+            "dev",
+            {
+                "juicefs": {"enabled": False},
+                "tiers": {"cold": "none", "checkpoint": "none"},
+                "training": {"enabled": False},
+            },
+        )
     message = str(err.value)
     assert "fluid.datasets[0].runtime: expected a runtime with a backend" in message
     assert len(err.value.problems) == 1

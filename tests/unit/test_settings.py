@@ -10,8 +10,8 @@ import yaml
 
 from components.__main__ import main
 from components.render import ROOT, stack_file_config
-from components.section import SettingsError, leaf_keys
-from components.settings import PROJECT, PlatformSettings, decode, load_settings
+from components.section import SettingsError, leaf_keys, validate
+from components.settings import PROJECT, PlatformSettings, decode, load_profile, load_settings, profiles
 
 BAD_VALUES = [
     # (config overrides, key path in the message, expectation text)
@@ -61,6 +61,40 @@ def test_layers_apply_in_order_defaults_profile_stack():
     assert settings.metadata.storage_size == "3Gi"  # stack file
     assert settings.object_store.bucket == "ai-datasets-dev"  # profile
     assert settings.metadata.appendfsync == "everysec"  # code default
+
+
+def leaf_paths(data: dict, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every leaf key path of a settings mapping."""
+    paths = []
+    for key, value in data.items():
+        path = (*prefix, key)
+        paths += leaf_paths(value, path) if isinstance(value, dict) and value else [path]
+    return paths
+
+
+def without(data: dict, path: tuple[str, ...]) -> dict:
+    """A copy of ``data`` without the leaf at ``path`` (and without mappings left empty)."""
+    head, *rest = path
+    out = dict(data)
+    if rest:
+        out[head] = without(out[head], tuple(rest))
+        if not out[head]:
+            del out[head]
+    else:
+        del out[head]
+    return out
+
+
+@pytest.mark.parametrize("profile", profiles())
+def test_profiles_list_only_what_differs_from_the_code_defaults(profile):
+    data = load_profile(profile)
+    whole = validate(PlatformSettings, {**data, "profile": profile})
+    for path in leaf_paths(data):
+        try:
+            trimmed = validate(PlatformSettings, {**without(data, path), "profile": profile})
+        except SettingsError:
+            continue  # the key is needed (e.g. minSize 1 with replicaSize 1)
+        assert trimmed != whole, f"stacks/{profile}.yaml: {'.'.join(path)} restates what the stack gets without it"
 
 
 def test_settings_are_frozen():

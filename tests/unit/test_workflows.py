@@ -18,7 +18,9 @@ def test_both_workflow_files_validate_against_the_github_workflow_schema():
     checker = Path(sys.executable).with_name("check-jsonschema")
     proc = subprocess.run(
         [str(checker), "--builtin-schema", "vendor.github-workflows", *map(str, WORKFLOWS)],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
