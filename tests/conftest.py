@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
-from components import render
+from components import mock_engine, render
 
 Render = Callable[..., tuple[render.Rendering, render.RecordingMonitor]]
+Build = Callable[[Callable[[], object]], tuple[render.Rendering, render.RecordingMonitor]]
 
 STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in render.ROOT.glob("Pulumi.*.yaml"))
 """Every stack in the repository (one ``Pulumi.<stack>.yaml`` each)."""
@@ -41,6 +42,22 @@ def render_stack(tmp_path: Path) -> Render:
     def run(stack: str = "dev", **overrides: Any) -> tuple[render.Rendering, render.RecordingMonitor]:
         monitor = render.run(stack, stack_file(tmp_path, stack, overrides))
         return render.rendering(stack, monitor), monitor
+
+    return run
+
+
+@pytest.fixture
+def build() -> Build:
+    """``build(lambda: MetadataEngine("meta", MetadataEngineArgs(MetadataSettings())))`` -> (Rendering,
+    RecordingMonitor): one component (or a few) built from hand-made args under the mock engine, without any
+    stack file. Values the program passes to ``pulumi.export`` land in ``Rendering.outputs``."""
+
+    def run(program: Callable[[], object]) -> tuple[render.Rendering, render.RecordingMonitor]:
+        def main() -> None:
+            program()
+
+        monitor = mock_engine.run_program(main)
+        return render.rendering("test", monitor), monitor
 
     return run
 
