@@ -191,10 +191,13 @@ def release(
     *,
     release_name: str | None = None,
     depends_on: Sequence[pulumi.Resource] = (),
-    **options: Any,
+    wait: bool = False,
 ) -> k8s.helm.v3.Release:
-    """A Helm release of a pinned chart (a helm.v3.Release runs the chart's hooks; helm.v4.Chart skips them)."""
+    """A Helm release of a pinned chart (a helm.v3.Release runs the chart's hooks; helm.v4.Chart skips them).
+    ``wait``: the release is done only when its workloads are ready (up to 10 minutes), so resources that depend
+    on it never meet a webhook or controller that is not serving yet."""
     oci = pin.repo.startswith("oci://")
+    options: dict[str, Any] = {"skip_await": False, "timeout": 600} if wait else {}
     return k8s.helm.v3.Release(
         resource_name,
         name=release_name or pin.chart,

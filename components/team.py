@@ -21,8 +21,9 @@ import pulumi_kubernetes as k8s
 from pydantic import Field
 
 from . import kube, training, volcano
-from .fluid import DatasetCache, DatasetSettings, JuiceFSSource, credentials
-from .fluid import dataset as fluid_dataset
+from .fluid_dataset import DatasetCache, DatasetSettings, credentials
+from .fluid_dataset import dataset as fluid_dataset
+from .juicefs import JuiceFSSource
 from .section import DnsLabel, Problem, Quantity, Section, validate
 from .storage_tiers import NAME_PREFIX
 

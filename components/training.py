@@ -285,6 +285,5 @@ class Training(pulumi.ComponentResource):
             chart_values(),
             self,
             depends_on=[volcano],
-            skip_await=False,
-            timeout=600,
+            wait=True,
         )

@@ -149,11 +149,8 @@ class Volcano(pulumi.ComponentResource):
         # baseline, not restricted: the chart's containers add the DAC_OVERRIDE capability (custom.default_csc).
         ns = kube.namespace(f"{name}-ns", s.namespace, "baseline", self)
         pin = versions.VOLCANO
-        # skip_await stays false: the release is done only when every Deployment (the admission webhook
-        # included) is ready, so Queues created after it never meet a webhook that is not serving yet.
-        self.release = kube.release(
-            f"{name}-release", pin, ns.metadata.name, chart_values(), self, skip_await=False, timeout=600
-        )
+        # wait: Queues created after the release never meet an admission webhook that is not serving yet.
+        self.release = kube.release(f"{name}-release", pin, ns.metadata.name, chart_values(), self, wait=True)
         after_release = pulumi.ResourceOptions(parent=self, depends_on=[self.release])
         self.queues = [queue(f"{name}-queue-{q.name}", q, after_release).metadata["name"] for q in s.queues]
         self.register_outputs({"queues": self.queues})
