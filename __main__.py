@@ -13,10 +13,13 @@ provider = k8s.Provider(
     context=settings.cluster.context,
     enable_server_side_apply=True,
 )
-platform = Platform("ai-storage", PlatformArgs(settings), pulumi.ResourceOptions(providers=[provider]))
+# The stack's own outputs from its last update: the metadata engine it deployed (see MetadataEngine).
+itself = pulumi.StackReference(f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}")
+platform = Platform("ai-storage", PlatformArgs(settings, itself.outputs), pulumi.ResourceOptions(providers=[provider]))
 
 pulumi.export("storageClasses", platform.storage_classes)
 pulumi.export("objectStoreEndpoint", platform.object_store.endpoint)
 pulumi.export("objectStoreBucket", platform.object_store.bucket)
 if platform.metadata is not None:
+    pulumi.export("metadataEngine", platform.metadata.engine)
     pulumi.export("metadataService", platform.metadata.host)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -35,6 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     render_cmd.add_argument("--out", type=Path, help="output folder (default: build/<stack>)")
     render_cmd.add_argument("--config-file", type=Path, help="stack file to use instead of Pulumi.<stack>.yaml")
     render_cmd.add_argument("--project-dir", type=Path, help="Pulumi project to render (default: this repository)")
+    render_cmd.add_argument(
+        "--previous-outputs",
+        type=Path,
+        help="JSON of the stack's last outputs (`pulumi stack output --json`): render as the next update",
+    )
     docs_cmd = commands.add_parser("docs", help="write the configuration reference (docs/config.md)")
     docs_cmd.add_argument("--out", type=Path, default=Path("docs/config.md"), help="where to write it")
     args = parser.parse_args(argv)
@@ -44,14 +50,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.out}")
         return 0
 
-    from . import render
+    from . import mock_engine, render
 
     try:
         root = (args.project_dir or render.ROOT).resolve()
-        result = render.rendering(args.stack, render.run(args.stack, args.config_file, root))
+        previous = json.loads(args.previous_outputs.read_text()) if args.previous_outputs else None
+        result = render.rendering(args.stack, render.run(args.stack, args.config_file, root, previous))
     except pulumi.RunError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        mock_engine.close_event_loops()
     out_dir = args.out or root / "build" / args.stack
     render.write(result, out_dir)
     print(render.summary(result))

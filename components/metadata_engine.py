@@ -1,100 +1,106 @@
-"""MetadataEngine: Redis as the JuiceFS metadata engine, owned by the package and configured for durability.
+"""MetadataEngine: the JuiceFS metadata engine, chosen per stack, owned by the package, configured for durability.
 
-JuiceFS loses files if Redis evicts keys or drops writes, so the generated configuration always sets
-``maxmemory-policy noeviction`` and AOF persistence. Redis runs from the official image (Bitnami's images
-were frozen in 2025) in a StatefulSet this package owns.
+Every file of the cold tier is reachable only through this engine, so the stack chooses its layout on purpose:
+
+* ``standalone``: one Redis server with a data volume (dev clusters);
+* ``sentinel``: a Redis primary, its replicas and three Sentinels in the cluster, each on its own node
+  (``redis_sentinel``); clients find the primary through the Sentinels;
+* ``elasticache``: Amazon ElastiCache with Multi-AZ failover and TLS, for S3 stacks (``elasticache``).
+
+Moving a file system to another engine moves its metadata (dump, load, fsck: see docs/runbook.md), so a
+protected stack refuses a change of engine it was not told about (``migration_guard``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
-from pydantic import Field
 
-from . import kube, versions
-from .section import DnsLabel, Quantity, Resources, Section
+from . import kube
+from .elasticache import ElastiCacheSettings, elasticache_engine
+from .redis import PORT, MetadataEndpoint, RedisSettings, data_container, durability_flags, redis_conf
+from .redis_sentinel import SentinelSettings, sentinel_engine
+from .section import DnsLabel, Problem, SettingsError
 
-PORT = 6379
-DURABILITY = {"appendonly": "yes", "maxmemory-policy": "noeviction"}
-"""What JuiceFS needs from Redis. Also passed as command-line flags, which override redis.conf and stay visible
-to reviewers and policies (the file itself is a Secret)."""
+Engine = Literal["standalone", "sentinel", "elasticache"]
+RUNBOOK = "docs/runbook.md#move-the-metadata-to-another-engine"
 
 
-class MetadataSettings(Section):
-    """The Redis metadata engine."""
+class MetadataSettings(RedisSettings):
+    """The JuiceFS metadata engine: its layout, and the Redis data nodes it runs in the cluster."""
 
+    engine: Engine = "sentinel"
+    """`standalone` (one Redis, dev), `sentinel` (primary, replicas and Sentinels in the cluster) or `elasticache`
+    (managed, Multi-AZ, S3 stacks)."""
     namespace: DnsLabel = "juicefs-meta"
-    """Namespace of the Redis StatefulSet."""
-    storage_size: Quantity = "10Gi"
-    """Size of the Redis data PVC (AOF and RDB files)."""
-    storage_class: str | None = None
-    """StorageClass for the Redis PVC; unset uses the cluster default."""
-    database: int = Field(1, ge=0, le=15)
-    """Redis database number JuiceFS uses."""
-    appendfsync: Literal["everysec", "always"] = "everysec"
-    """AOF fsync policy: `everysec` loses at most one second of metadata on a crash, `always` none."""
-    maxmemory_percent: int = Field(80, ge=10, le=95)
-    """Share of the container memory limit Redis may use before refusing writes (never evicting)."""
-    resources: Resources = Resources(cpu_request="250m", memory_request="512Mi", memory_limit="2Gi")
-    """Requests and limits of the Redis container."""
+    """Namespace of the in-cluster Redis (standalone or sentinel)."""
+    sentinel: SentinelSettings = SentinelSettings()
+    """Replicas, Sentinels and failover timing (engine `sentinel`)."""
+    elasticache: ElastiCacheSettings = ElastiCacheSettings()
+    """The managed replication group (engine `elasticache`)."""
+    accept_node_loss_risk: bool = False
+    """Allow, in a protected stack, a layout that cannot survive the loss of one node (standalone, fewer than
+    2 replicas or 3 Sentinels, or pods allowed to share a node)."""
+    migrated_from: Engine | None = None
+    """The engine this stack's metadata was moved from by the runbook's procedure; lets a protected stack change
+    `engine` (see docs/runbook.md)."""
 
+    def problems(self) -> list[Problem]:
+        """Replication settings that contradict each other; the managed engine needs its network."""
+        found = []
+        sentinel = self.sentinel
+        if self.engine == "sentinel" and sentinel.min_replicas_to_write > sentinel.replicas:
+            found.append(
+                Problem(
+                    "sentinel.minReplicasToWrite",
+                    f"expected at most sentinel.replicas ({sentinel.replicas})",
+                    sentinel.min_replicas_to_write,
+                    "the primary would refuse every write",
+                )
+            )
+        if self.engine == "elasticache":
+            found += [
+                Problem(f"elasticache.{key}", "expected at least one", [], hint)
+                for key, value, hint in (
+                    ("subnetIds", self.elasticache.subnet_ids, "the replication group's subnets, in 2+ zones"),
+                    ("securityGroupIds", self.elasticache.security_group_ids, "groups that admit the cluster"),
+                )
+                if not value
+            ]
+        return found
 
-def redis_conf(settings: MetadataSettings, password: str) -> str:
-    """The redis.conf that MetadataEngine mounts: durable (AOF) and never evicting."""
-    maxmemory = kube.quantity_bytes(settings.resources.memory_limit) * settings.maxmemory_percent // 100
-    return "\n".join(
-        [
-            "bind 0.0.0.0",
-            f"port {PORT}",
-            "protected-mode yes",
-            f"requirepass {password}",
-            "dir /data",
-            f"appendonly {DURABILITY['appendonly']}",
-            f"appendfsync {settings.appendfsync}",
-            "appenddirname appendonlydir",
-            "aof-use-rdb-preamble yes",
-            "save 900 1",
-            "save 300 10",
-            "save 60 10000",
-            f"maxmemory {maxmemory}",
-            f"maxmemory-policy {DURABILITY['maxmemory-policy']}",
-            "",
+    def node_loss_risks(self) -> list[Problem]:
+        """Layouts that cannot survive the loss of one node (refused in protected stacks unless opted in)."""
+        s, e = self.sentinel, self.elasticache
+        layouts: dict[str, list[tuple[str, Any, bool, str, str]]] = {
+            "standalone": [
+                ("engine", self.engine, True, "expected sentinel or elasticache", "one Redis pod holds all")
+            ],
+            "sentinel": [
+                ("sentinel.replicas", s.replicas, s.replicas < 2, "expected at least 2", "a replica takes over"),
+                ("sentinel.sentinels", s.sentinels, s.sentinels < 3, "expected at least 3", "a majority must remain"),
+                ("sentinel.spread", s.spread, s.spread != "required", "expected required", "pods can share a node"),
+            ],
+            "elasticache": [("elasticache.replicas", e.replicas, e.replicas < 1, "expected at least 1", "no failover")],
+        }
+        risks = layouts[self.engine]
+        accept = "set metadata.acceptNodeLossRisk: true to accept the risk"
+        return [
+            Problem(key, expected, got, f"{why} when a node is lost; {accept}")
+            for key, got, risky, expected, why in risks
+            if risky
         ]
-    )
-
-
-@dataclass
-class MetadataEngineArgs:
-    """Inputs of a MetadataEngine."""
-
-    settings: MetadataSettings
-    protect: bool = False
-    """Protect and retain the Redis data volume."""
 
 
 def statefulset_spec(s: MetadataSettings, labels: dict[str, str]) -> dict[str, Any]:
-    """The Redis StatefulSet's ``spec``: one server with the config Secret's redis.conf, the durability flags on
-    its command line, ping probes and a data volume."""
-    ping_cmd = f'REDISCLI_AUTH="$(cat /etc/redis/password)" redis-cli -p {PORT} ping | grep -q PONG'
-    ping = {"exec": {"command": ["sh", "-c", ping_cmd]}, "timeoutSeconds": 5}
-    flags = [part for key, value in DURABILITY.items() for part in (f"--{key}", value)]
-    redis = kube.container(
-        "redis",
-        versions.REDIS_IMAGE,
-        s.resources,
-        command=["redis-server", "/etc/redis/redis.conf", *flags],
-        ports=[{"name": "redis", "containerPort": PORT}],
-        livenessProbe={**ping, "initialDelaySeconds": 30, "periodSeconds": 15},
-        readinessProbe={**ping, "periodSeconds": 5},
-        volumeMounts=[
-            {"name": "data", "mountPath": "/data"},
-            {"name": "config", "mountPath": "/etc/redis", "readOnly": True},
-        ],
-    )
+    """The standalone Redis StatefulSet's ``spec``: one server with the config Secret's redis.conf, the
+    durability flags on its command line, ping probes and a data volume."""
+    redis = data_container(s, ["redis-server", "/etc/redis/redis.conf", *durability_flags()])
     config = {"name": "config", "secret": {"secretName": "redis-config"}}
     return {
         "serviceName": "redis",
@@ -105,46 +111,120 @@ def statefulset_spec(s: MetadataSettings, labels: dict[str, str]) -> dict[str, A
     }
 
 
-class MetadataEngine(pulumi.ComponentResource):
-    """A single Redis server with a password, AOF persistence and a data PVC."""
+def standalone_engine(
+    name: str, s: MetadataSettings, ns: k8s.core.v1.Namespace, protect: bool, parent: pulumi.Resource
+) -> MetadataEndpoint:
+    """One Redis server with a password, AOF persistence and a data volume, behind the `redis` Service."""
+    child = pulumi.ResourceOptions(parent=parent)
+    password = random.RandomPassword(f"{name}-password", length=40, special=False, opts=child)
+    config = k8s.core.v1.Secret(
+        f"{name}-config",
+        metadata={"name": "redis-config", "namespace": ns.metadata.name},
+        type="Opaque",
+        string_data={"redis.conf": password.result.apply(lambda p: redis_conf(s, p)), "password": password.result},
+        opts=child,
+    )
+    labels = kube.labels("redis", "metadata-engine")
+    service = k8s.core.v1.Service(
+        f"{name}-service",
+        metadata={"name": "redis", "namespace": ns.metadata.name, "labels": labels},
+        spec={"selector": labels, "ports": [{"name": "redis", "port": PORT, "targetPort": PORT}]},
+        opts=child,
+    )
+    policy = kube.ingress_policy(f"{name}-network-policy", ns.metadata.name, labels, [PORT], parent)
+    k8s.apps.v1.StatefulSet(
+        f"{name}-redis",
+        metadata=kube.workload_metadata("redis", ns.metadata.name, s.resources, labels),
+        spec=statefulset_spec(s, labels),
+        opts=kube.stateful(parent, protect, depends_on=[config, service, policy]),
+    )
+    host = pulumi.Output.concat("redis.", ns.metadata.name, ".svc.cluster.local")
+    url = pulumi.Output.format("redis://:{0}@{1}:{2}/{3}", password.result, host, PORT, s.database)
+    return MetadataEndpoint(pulumi.Output.secret(url), host)
 
+
+def previous_engine(outputs: Mapping[str, Any]) -> str | None:
+    """The engine a stack's last update deployed, from its outputs (stacks deployed before the engine was a
+    choice exported only `metadataService`, and ran one Redis)."""
+    if outputs.get("metadataEngine"):
+        return str(outputs["metadataEngine"])
+    return "standalone" if outputs.get("metadataService") else None
+
+
+def migration_problem(previous: str | None, s: MetadataSettings, protected: bool) -> Problem | None:
+    """A change of engine a protected stack was not told about: it would point every client at an empty
+    engine while the file system's metadata stays in the old one."""
+    if not protected or previous in (None, s.engine) or s.migrated_from == previous:
+        return None
+    return Problem(
+        "metadata.engine",
+        f"expected {previous} (the engine that holds this file system's metadata)",
+        s.engine,
+        f"moving the metadata is a procedure, not a setting: follow {RUNBOOK} (dump, load, fsck), then set "
+        f"metadata.migratedFrom: {previous}",
+    )
+
+
+@dataclass
+class MetadataEngineArgs:
+    """Inputs of a MetadataEngine."""
+
+    settings: MetadataSettings
+    protect: bool = False
+    """Protect and retain the Redis data volumes (and the managed replication group)."""
+    previous_engine: pulumi.Input[str | None] = None
+    """The engine the stack's last update deployed (its `metadataEngine` output); a protected stack refuses to
+    change it unless `migratedFrom` names it."""
+
+
+class MetadataEngine(pulumi.ComponentResource):
+    """The JuiceFS metadata engine in the layout the settings choose."""
+
+    engine: str
+    """The layout: `standalone`, `sentinel` or `elasticache`."""
     host: pulumi.Output[str]
-    """Cluster DNS name of the Redis Service."""
+    """The DNS name clients connect to first (Redis, the Sentinels, or the managed primary endpoint)."""
     url: pulumi.Output[str]
-    """JuiceFS metadata URL with the password (secret)."""
+    """JuiceFS metadata URL with the password (secret); it resolves only once the migration guard passed."""
 
     def __init__(self, name: str, args: MetadataEngineArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("ai-storage:metadata_engine:MetadataEngine", name, None, opts)
         s = args.settings
-        child = pulumi.ResourceOptions(parent=self)
-        ns = kube.namespace(f"{name}-ns", s.namespace, "restricted", self)
-        password = random.RandomPassword(f"{name}-password", length=40, special=False, opts=child)
-        config = k8s.core.v1.Secret(
-            f"{name}-config",
-            metadata={"name": "redis-config", "namespace": ns.metadata.name},
-            type="Opaque",
-            string_data={
-                "redis.conf": password.result.apply(lambda p: redis_conf(s, p)),
-                "password": password.result,
-            },
-            opts=child,
+        # Every child waits for the guard: a refused change of engine creates nothing and moves no client.
+        guard = pulumi.Output.from_input(args.previous_engine).apply(lambda p: check_migration(p, s, args.protect))
+        gated = pulumi.ResourceOptions(transformations=[_after(guard)])
+        super().__init__(
+            "ai-storage:metadata_engine:MetadataEngine", name, None, pulumi.ResourceOptions.merge(opts, gated)
         )
-        labels = kube.labels("redis", "metadata-engine")
-        service = k8s.core.v1.Service(
-            f"{name}-service",
-            metadata={"name": "redis", "namespace": ns.metadata.name, "labels": labels},
-            spec={"selector": labels, "ports": [{"name": "redis", "port": PORT, "targetPort": PORT}]},
-            opts=child,
-        )
-        policy = kube.ingress_policy(f"{name}-network-policy", ns.metadata.name, labels, [PORT], self)
-        k8s.apps.v1.StatefulSet(
-            f"{name}-redis",
-            metadata=kube.workload_metadata("redis", ns.metadata.name, s.resources, labels),
-            spec=statefulset_spec(s, labels),
-            opts=kube.stateful(self, args.protect, depends_on=[config, service, policy]),
-        )
-        self.host = pulumi.Output.concat("redis.", ns.metadata.name, ".svc.cluster.local")
-        self.url = pulumi.Output.secret(
-            pulumi.Output.format("redis://:{0}@{1}:{2}/{3}", password.result, self.host, PORT, s.database)
-        )
-        self.register_outputs({"host": self.host, "url": self.url})
+        self.engine = s.engine
+        if s.engine == "elasticache":
+            endpoint = elasticache_engine(name, s, s.elasticache, args.protect, self)
+        else:
+            ns = kube.namespace(f"{name}-ns", s.namespace, "restricted", self)
+            if s.engine == "standalone":
+                endpoint = standalone_engine(name, s, ns, args.protect, self)
+            else:
+                endpoint = sentinel_engine(name, s, s.sentinel, s.namespace, ns, args.protect, self)
+        self.host = endpoint.host
+        self.url = pulumi.Output.all(guard, endpoint.url).apply(lambda both: both[1])
+        self.register_outputs({"engine": self.engine, "host": self.host, "url": self.url})
+
+
+def check_migration(previous: str | None, s: MetadataSettings, protected: bool) -> list[pulumi.Resource]:
+    """Raise the SettingsError of a refused change of engine; warn about an allowed one. No dependencies."""
+    problem = migration_problem(previous, s, protected)
+    if problem is not None:
+        raise SettingsError([problem])
+    if previous not in (None, s.engine):
+        pulumi.log.warn(f"metadata engine changes from {previous} to {s.engine}: see {RUNBOOK}")
+    return []
+
+
+def _after(guard: pulumi.Output[list[pulumi.Resource]]) -> Any:
+    """A transformation (run by the SDK for the component and each child) that makes a resource wait for
+    ``guard``, and fail with it."""
+
+    def transform(args: pulumi.ResourceTransformationArgs) -> pulumi.ResourceTransformationResult:
+        waits = pulumi.ResourceOptions(depends_on=guard)
+        return pulumi.ResourceTransformationResult(args.props, pulumi.ResourceOptions.merge(args.opts, waits))
+
+    return transform

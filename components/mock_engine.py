@@ -7,6 +7,8 @@ what a resource was given is what a reviewer sees.
 
 from __future__ import annotations
 
+import asyncio
+import gc
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -87,11 +89,21 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
 
 
 class PlatformMocks(pulumi_mocks.Mocks):
-    """Echo inputs back as outputs, plus the few computed outputs the program reads."""
+    """Echo inputs back as outputs, plus the few computed outputs the program reads. A StackReference answers
+    with ``stack_outputs`` (the outputs of the stack's last update: none for a first deployment)."""
+
+    def __init__(self, stack_outputs: Mapping[str, Any] | None = None):
+        super().__init__()
+        self.stack_outputs = dict(stack_outputs or {})
 
     def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         outputs = dict(args.inputs)
-        if args.typ.startswith("random:"):
+        if args.typ == "pulumi:pulumi:StackReference":
+            outputs.update(outputs=self.stack_outputs, secretOutputNames=[])
+        elif args.typ.startswith("aws:elasticache/"):
+            outputs.setdefault("name", args.name)
+            outputs["primaryEndpointAddress"] = f"{args.name}.mock.cache.amazonaws.com"
+        elif args.typ.startswith("random:"):
             outputs["result"] = f"mock-{args.name}"
         elif args.typ == "aws:s3/bucket:Bucket":
             outputs.setdefault("bucket", args.name)
@@ -112,18 +124,31 @@ def run_program(
     project: str = PROJECT,
     config: Mapping[str, str] | None = None,
     secret_keys: Sequence[str] = (),
+    stack_outputs: Mapping[str, Any] | None = None,
 ) -> RecordingMonitor:
     """Run ``program`` (any function that registers resources: a whole Pulumi program, or one component built
-    by a test) under the mock engine, with ``config``; return what it registered."""
-    mocks = PlatformMocks()
+    by a test) under the mock engine, with ``config`` and the ``stack_outputs`` of a previous update; return
+    what it registered."""
+    mocks = PlatformMocks(stack_outputs)
     monitor = RecordingMonitor(mocks)
     monitor.project = project
     reset_options()
-    pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor)
+    pulumi.runtime.set_mocks(
+        mocks, project=project, stack=stack, preview=False, monitor=monitor, organization="organization"
+    )
     set_all_config(dict(config or {}), list(secret_keys))
     _sync_await(run_pulumi_func(program))
     monitor.stack_outputs = _sync_await(_exports())
     return monitor
+
+
+def close_event_loops() -> None:
+    """Close the event loops the mock engine left open (one per thread it ran in). Left to the interpreter's
+    shutdown, a loop's ``__del__`` can meet its already-closed self-pipe and print a traceback."""
+    for loop in [o for o in gc.get_objects() if isinstance(o, asyncio.AbstractEventLoop)]:
+        if not loop.is_running() and not loop.is_closed():
+            loop.close()
+    asyncio.set_event_loop(asyncio.new_event_loop())  # a later run in this process gets an open loop
 
 
 async def _exports() -> dict[str, Any]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 
@@ -10,7 +12,7 @@ from .acceptance import StorageAcceptance, StorageAcceptanceArgs
 from .fluid import BucketSource, Fluid, FluidArgs
 from .juicefs import BACKUP_PREFIX, JuiceFS, JuiceFSArgs, JuiceFSSettings, JuiceFSSource
 from .local_nvme import LocalNVMe, LocalNVMeArgs
-from .metadata_engine import MetadataEngine, MetadataEngineArgs
+from .metadata_engine import MetadataEngine, MetadataEngineArgs, previous_engine
 from .object_store import ObjectStore, ObjectStoreArgs
 from .rook_ceph import RookCeph, RookCephArgs
 from .settings import PlatformSettings
@@ -30,6 +32,9 @@ class PlatformArgs:
     """Inputs of the Platform."""
 
     settings: PlatformSettings
+    previous_outputs: pulumi.Input[Mapping[str, Any]] | None = None
+    """The outputs of the stack's last update (a StackReference to the stack itself): a protected stack refuses
+    to change the metadata engine it deployed unless told the metadata was moved."""
 
 
 class Platform(pulumi.ComponentResource):
@@ -40,7 +45,7 @@ class Platform(pulumi.ComponentResource):
     object_store: ObjectStore
     """The object store component."""
     metadata: MetadataEngine | None
-    """The Redis metadata engine (with JuiceFS only)."""
+    """The JuiceFS metadata engine (with JuiceFS only)."""
     rook_ceph: RookCeph | None
     """The Rook-Ceph cluster (when enabled)."""
     volcano: Volcano | None
@@ -69,7 +74,9 @@ class Platform(pulumi.ComponentResource):
         self.metadata = None
         self._volume: JuiceFSSource | None = None
         if s.juicefs.enabled:
-            self.metadata = MetadataEngine(f"{name}-metadata", MetadataEngineArgs(s.metadata, protect), child)
+            previous = pulumi.Output.from_input(args.previous_outputs).apply(lambda o: previous_engine(o or {}))
+            metadata = MetadataEngineArgs(s.metadata, protect, previous)
+            self.metadata = MetadataEngine(f"{name}-metadata", metadata, child)
             store = self.object_store
             self._volume = JuiceFSSource(
                 s.juicefs.volume_name,

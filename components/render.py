@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import runpy
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,9 +72,12 @@ def _hide_secure(value: Any) -> Any:
     return value
 
 
-def run(stack: str, config_file: Path | None = None, root: Path = ROOT) -> RecordingMonitor:
+def run(
+    stack: str, config_file: Path | None = None, root: Path = ROOT, previous_outputs: Mapping[str, Any] | None = None
+) -> RecordingMonitor:
     """Run the Pulumi program in ``root`` for ``stack`` (config from ``Pulumi.<stack>.yaml`` or
-    ``config_file``) under the mock engine; return what it registered."""
+    ``config_file``) under the mock engine, as an update after one that exported ``previous_outputs`` (none:
+    a first deployment); return what it registered."""
     project = project_name(root)
     config, secret_keys = stack_file_config(config_file or root / f"Pulumi.{stack}.yaml", project)
     if str(root) not in sys.path:
@@ -82,7 +86,7 @@ def run(stack: str, config_file: Path | None = None, root: Path = ROOT) -> Recor
     def program() -> None:
         runpy.run_path(str(root / "__main__.py"), run_name="__main__")
 
-    return run_program(program, stack, project, config, secret_keys)
+    return run_program(program, stack, project, config, secret_keys, previous_outputs)
 
 
 @dataclass

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -105,8 +106,21 @@ class PlatformSettings(Section):
         ]
 
     def _storage_problems(self) -> list[Problem]:
-        """Ceph staying off TopoLVM's NVMe disks, and RGW needing Rook-Ceph."""
+        """Ceph staying off TopoLVM's NVMe disks, RGW needing Rook-Ceph, ElastiCache needing AWS, and a metadata
+        engine that survives a node loss in a protected stack."""
         found = []
+        m = self.metadata
+        if self.juicefs.enabled and self.cluster.protect_stateful_resources and not m.accept_node_loss_risk:
+            found += [replace(p, key=f"metadata.{p.key}") for p in m.node_loss_risks()]
+        if self.juicefs.enabled and m.engine == "elasticache" and self.object_store.backend != "s3":
+            found.append(
+                Problem(
+                    "metadata.engine",
+                    "expected standalone or sentinel unless objectStore.backend is s3",
+                    "elasticache",
+                    "ElastiCache is the managed engine of stacks on AWS; in-cluster stacks run Redis with Sentinel",
+                )
+            )
         ceph = self.rook_ceph
         pattern = ceph.storage.device_filter
         on_nvme = pattern and any(re.search(pattern, d) for d in NVME_DEVICES)
@@ -199,7 +213,9 @@ class PlatformSettings(Section):
         if self.acceptance.enabled:
             owned["acceptance"] = self.acceptance.namespace
         if self.juicefs.enabled:
-            owned.update(metadata=self.metadata.namespace, juicefs=self.juicefs.namespace)
+            if self.metadata.engine != "elasticache":
+                owned["metadata"] = self.metadata.namespace
+            owned["juicefs"] = self.juicefs.namespace
         if self.rook_ceph.enabled:
             owned["rookCeph"] = self.rook_ceph.namespace
         if self.local_nvme.enabled:

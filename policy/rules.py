@@ -161,7 +161,9 @@ def _redis_durable(args: ResourceValidationArgs, report: ReportViolation) -> Non
         for container in pod["containers"]:
             image = str(container.get("image") or "").split("@")[0].rsplit("/", 1)[-1].split(":")[0]
             words = [str(w) for w in (container.get("command") or []) + (container.get("args") or [])]
-            if image != "redis" or not any(w.endswith("redis-server") for w in words):
+            # Every container of the redis image is a data node unless it runs a Sentinel (which stores no data).
+            sentinel = any(w.endswith("redis-sentinel") or w in ("sentinel", "--sentinel") for w in words)
+            if image != "redis" or sentinel:
                 continue
             flags = dict(itertools.pairwise(words))
             for flag, value in REDIS_DURABILITY.items():
@@ -263,7 +265,7 @@ POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
     ),
     ResourceValidationPolicy(
         "redis-noeviction-and-aof",
-        "redis-server runs with --appendonly yes and --maxmemory-policy noeviction on its command line.",
+        "Redis data nodes run with --appendonly yes and --maxmemory-policy noeviction on their command line.",
         _redis_durable,
         MANDATORY,
     ),

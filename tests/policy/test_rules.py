@@ -137,6 +137,16 @@ def test_redis_runs_with_noeviction_and_aof():
     assert violations(rule, other) == []
 
 
+def test_every_sentinel_layout_data_node_is_durable_and_sentinels_are_not_data_nodes():
+    rule = "redis-noeviction-and-aof"
+    resources = {r["name"]: r["inputs"] for r in plan("prod")["resources"]}
+    data, sentinels = resources["ai-storage-metadata-redis"], resources["ai-storage-metadata-sentinel"]
+    assert violations(rule, data) == [] and violations(rule, sentinels) == []
+    broken = copy.deepcopy(data)
+    broken["spec"]["template"]["spec"]["containers"][0]["command"] = ["sh", "/opt/redis-start/start.sh", "data"]
+    assert len(violations(rule, broken)) == 2
+
+
 def test_no_floating_image_tags():
     rule = "no-floating-image-tags"
     assert violations(rule, workload([{"name": "c", "image": "redis:8.2.1"}])) == []

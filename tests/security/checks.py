@@ -188,6 +188,7 @@ STATEFUL_TYPES = {
     "aws:s3/bucketV2:BucketV2": "bucket",
     "kubernetes:core/v1:PersistentVolumeClaim": "volume claim",
     "kubernetes:ceph.rook.io/v1:CephCluster": "Ceph cluster",
+    "aws:elasticache/replicationGroup:ReplicationGroup": "metadata replication group",
 }
 
 

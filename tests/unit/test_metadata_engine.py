@@ -1,14 +1,31 @@
 """MetadataEngine: Redis configured so JuiceFS never loses metadata."""
 
 import pulumi
+import pytest
 
-from components import versions
-from components.metadata_engine import MetadataEngine, MetadataEngineArgs, MetadataSettings, redis_conf
-from components.section import Resources
+from components import mock_engine, versions
+from components.__main__ import main
+from components.elasticache import ElastiCacheSettings
+from components.metadata_engine import (
+    MetadataEngine,
+    MetadataEngineArgs,
+    MetadataSettings,
+    migration_problem,
+    previous_engine,
+)
+from components.redis import redis_conf
+from components.redis_sentinel import SentinelSettings, replication_lines, sentinel_conf
+from components.section import Resources, SettingsError
+from components.settings import load_settings
 from tests.conftest import by_name
 
+ELASTICACHE = {"subnetIds": ["subnet-0a", "subnet-0b"], "securityGroupIds": ["sg-01"]}
 
-def engine(settings: MetadataSettings = MetadataSettings(), protect: bool = False) -> MetadataEngine:
+
+STANDALONE = MetadataSettings(engine="standalone")
+
+
+def engine(settings: MetadataSettings = STANDALONE, protect: bool = False) -> MetadataEngine:
     built = MetadataEngine("meta", MetadataEngineArgs(settings, protect))
     pulumi.export("host", built.host)
     pulumi.export("url", built.url)
@@ -23,7 +40,7 @@ def test_redis_conf_is_durable_and_never_evicts():
 
 
 def test_redis_runs_the_pinned_image_with_probes_limits_and_its_own_volume(build):
-    settings = MetadataSettings(storage_size="5Gi", resources=Resources(memory_limit="1Gi"))
+    settings = MetadataSettings(engine="standalone", storage_size="5Gi", resources=Resources(memory_limit="1Gi"))
     result, _ = build(lambda: engine(settings))
     sts = by_name(result, "StatefulSet", "redis")
     container = sts["spec"]["template"]["spec"]["containers"][0]
@@ -58,3 +75,201 @@ def test_the_data_volume_is_protected_only_when_asked(build):
         _, monitor = build(lambda protect=protect: engine(protect=protect))
         redis = next(r for r in monitor.registrations if r.type == "kubernetes:apps/v1:StatefulSet")
         assert (redis.protect, redis.retain_on_delete) == (protect, protect)
+
+
+# ---------------------------------------------------------------- Redis with Sentinel
+
+
+def sentinel_engine(**sentinel: object) -> MetadataEngine:
+    return engine(MetadataSettings(engine="sentinel", sentinel=SentinelSettings(**sentinel)))
+
+
+def test_sentinel_layout_runs_a_primary_with_replicas_and_a_majority_of_sentinels(build):
+    result, _ = build(lambda: sentinel_engine(replicas=2, sentinels=3))
+    data, sentinels = by_name(result, "StatefulSet", "redis"), by_name(result, "StatefulSet", "redis-sentinel")
+    assert data["spec"]["replicas"] == 3 and sentinels["spec"]["replicas"] == 3
+    conf = sentinel_conf(SentinelSettings(sentinels=3), "pw").splitlines()
+    assert "sentinel monitor juicefs @PRIMARY@ 6379 2" in conf  # a majority of three
+    assert "requirepass pw" in conf and "sentinel auth-pass juicefs pw" in conf
+
+
+def test_every_data_node_is_durable_and_the_sentinels_are_not_data_nodes(build):
+    result, _ = build(sentinel_engine)
+    data = by_name(result, "StatefulSet", "redis")["spec"]["template"]["spec"]["containers"][0]
+    assert data["command"][-4:] == ["--appendonly", "yes", "--maxmemory-policy", "noeviction"]
+    conf = redis_conf(MetadataSettings(), "pw", *replication_lines(SentinelSettings(), "pw")).splitlines()
+    assert {"appendonly yes", "maxmemory-policy noeviction", "masterauth pw", "min-replicas-to-write 1"} <= set(conf)
+    assert not by_name(result, "StatefulSet", "redis-sentinel")["spec"].get("volumeClaimTemplates")
+
+
+def test_pods_of_each_kind_are_spread_over_nodes_and_budgeted(build):
+    result, _ = build(sentinel_engine)
+    for name in ("redis", "redis-sentinel"):
+        spec = by_name(result, "StatefulSet", name)["spec"]
+        labels = spec["selector"]["matchLabels"]
+        anti = spec["template"]["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert anti == [{"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"}]
+        budget = by_name(result, "PodDisruptionBudget", name)["spec"]
+        assert budget == {"maxUnavailable": 1, "selector": {"matchLabels": labels}}
+
+
+def test_preferred_spread_lets_pods_share_a_node(build):
+    result, _ = build(lambda: sentinel_engine(spread="preferred"))
+    affinity = by_name(result, "StatefulSet", "redis")["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    assert list(affinity) == ["preferredDuringSchedulingIgnoredDuringExecution"]
+
+
+def test_the_metadata_url_is_the_sentinel_form_and_secret(build):
+    url = {}
+
+    def program() -> None:
+        built = sentinel_engine(sentinels=3)
+        built.url.apply(lambda u: url.setdefault("url", u))
+
+    result, _ = build(program)
+    sentinels = ",".join(f"redis-sentinel-{i}.redis-sentinel.juicefs-meta.svc.cluster.local" for i in range(3))
+    assert url["url"] == f"redis://:mock-meta-password@juicefs,{sentinels}:26379/1"
+    assert result.outputs["url"] == "[secret]"
+    assert result.outputs["host"] == "redis-sentinel.juicefs-meta.svc.cluster.local"
+
+
+def test_the_sentinel_and_data_ports_are_the_only_ones_open(build):
+    result, _ = build(sentinel_engine)
+    ports = {
+        name: by_name(result, "NetworkPolicy", name)["spec"]["ingress"][0]["ports"][0]["port"]
+        for name in ("redis", "redis-sentinel")
+    }
+    assert ports == {"redis": 6379, "redis-sentinel": 26379}
+
+
+def test_pods_find_their_peers_by_stable_dns_names(build):
+    result, _ = build(lambda: sentinel_engine(replicas=1, sentinels=3))
+    env = {
+        e["name"]: e.get("value")
+        for e in by_name(result, "StatefulSet", "redis")["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["SELF_HOST"] == "$(POD_NAME).redis.juicefs-meta.svc.cluster.local"
+    assert env["NODES"].split() == [f"redis-{i}.redis.juicefs-meta.svc.cluster.local" for i in range(2)]
+    assert env["INITIAL_PRIMARY"] == "redis-0.redis.juicefs-meta.svc.cluster.local"
+    assert len(env["SENTINELS"].split()) == 3
+    headless = by_name(result, "Service", "redis")["spec"]
+    assert headless["clusterIP"] == "None" and headless["publishNotReadyAddresses"] is True
+
+
+# ---------------------------------------------------------------- ElastiCache
+
+
+def test_elasticache_is_multi_az_encrypted_and_never_evicts(build):
+    settings = MetadataSettings(
+        engine="elasticache",
+        elasticache=ElastiCacheSettings(subnet_ids=["subnet-0a", "subnet-0b"], security_group_ids=["sg-01"]),
+    )
+    url = {}
+
+    def program() -> None:
+        built = engine(settings, protect=True)
+        built.url.apply(lambda u: url.setdefault("url", u))
+
+    _, monitor = build(program)
+    group = next(r for r in monitor.registrations if r.type == "aws:elasticache/replicationGroup:ReplicationGroup")
+    i = group.inputs
+    assert (i["numCacheClusters"], i["automaticFailoverEnabled"], i["multiAzEnabled"]) == (3, True, True)
+    assert i["transitEncryptionEnabled"] and i["atRestEncryptionEnabled"] and i["authToken"] == "[secret]"
+    assert i["snapshotRetentionLimit"] == 7 and (group.protect, group.retain_on_delete) == (True, True)
+    params = next(r for r in monitor.registrations if r.type == "aws:elasticache/parameterGroup:ParameterGroup")
+    assert params.inputs["parameters"] == [{"name": "maxmemory-policy", "value": "noeviction"}]
+    assert url["url"].startswith("rediss://:mock-meta-auth-token@") and url["url"].endswith(":6379/1")
+    assert not [r for r in monitor.registrations if r.type.startswith("kubernetes:")]
+
+
+# ---------------------------------------------------------------- layout rules and the migration guard
+
+
+@pytest.mark.parametrize(
+    ("metadata", "key"),
+    [
+        ({"engine": "standalone"}, "metadata.engine"),
+        ({"sentinel": {"replicas": 1}}, "metadata.sentinel.replicas"),
+        ({"sentinel": {"sentinels": 2}}, "metadata.sentinel.sentinels"),
+        ({"sentinel": {"spread": "preferred"}}, "metadata.sentinel.spread"),
+        ({"engine": "elasticache", "elasticache": ELASTICACHE | {"replicas": 0}}, "metadata.elasticache.replicas"),
+    ],
+)
+def test_a_protected_stack_refuses_a_layout_that_a_node_loss_stops(metadata, key):
+    with pytest.raises(SettingsError) as caught:
+        load_settings("prod", {"metadata": metadata})
+    message = str(caught.value)
+    assert f"{key}:" in message and "acceptNodeLossRisk" in message
+    assert load_settings("prod", {"metadata": {**metadata, "acceptNodeLossRisk": True}})
+
+
+def test_an_unprotected_stack_may_run_one_redis():
+    assert load_settings("dev", {}).metadata.engine == "standalone"
+
+
+@pytest.mark.parametrize(
+    ("config", "key", "expected"),
+    [
+        ({"metadata": {"engine": "memcached"}}, "metadata.engine", "expected one of 'standalone', 'sentinel'"),
+        (
+            {"metadata": {"engine": "sentinel", "sentinel": {"minReplicasToWrite": 3}}},
+            "metadata.sentinel.minReplicasToWrite",
+            "at most",
+        ),
+        ({"metadata": {"sentinel": {"downAfterSeconds": 0}}}, "metadata.sentinel.downAfterSeconds", ">= 1"),
+        ({"metadata": {"sentinel": {"masterName": "Primary"}}}, "metadata.sentinel.masterName", "DNS label"),
+        ({"metadata": {"engine": "elasticache"}}, "metadata.engine", "objectStore.backend is s3"),
+        ({"metadata": {"engine": "elasticache"}}, "metadata.elasticache.subnetIds", "expected at least one"),
+        ({"metadata": {"elasticache": {"subnetIds": ["vpc-1"]}}}, "metadata.elasticache.subnetIds[0]", "matching"),
+        ({"metadata": {"elasticache": {"nodeType": "r7g.large"}}}, "metadata.elasticache.nodeType", "matching"),
+        ({"metadata": {"elasticache": {"snapshotWindow": "3-4"}}}, "metadata.elasticache.snapshotWindow", "matching"),
+        ({"metadata": {"migratedFrom": "etcd"}}, "metadata.migratedFrom", "expected one of"),
+    ],
+)
+def test_bad_metadata_settings_are_rejected_with_key_and_hint(config, key, expected):
+    with pytest.raises(SettingsError) as caught:
+        load_settings("dev", config)
+    message = str(caught.value)
+    assert f"{key}:" in message and expected in message and "Hint:" in message
+
+
+def test_a_protected_stack_refuses_to_change_the_engine_it_deployed():
+    prod = MetadataSettings()  # sentinel
+    problem = migration_problem("standalone", prod, protected=True)
+    assert problem is not None and problem.key == "metadata.engine"
+    assert "docs/runbook.md#move-the-metadata-to-another-engine" in problem.hint
+    assert migration_problem("standalone", MetadataSettings(migrated_from="standalone"), protected=True) is None
+    assert migration_problem("standalone", prod, protected=False) is None
+    assert migration_problem(None, prod, protected=True) is None  # a first deployment
+    assert migration_problem("sentinel", prod, protected=True) is None
+
+
+def test_stacks_deployed_before_the_engine_was_a_choice_ran_one_redis():
+    assert previous_engine({"metadataService": "redis.juicefs-meta.svc.cluster.local"}) == "standalone"
+    assert previous_engine({"metadataEngine": "sentinel", "metadataService": "x"}) == "sentinel"
+    assert previous_engine({}) is None
+
+
+def test_a_refused_change_creates_nothing(build, monkeypatch):
+    monitors = []
+
+    class Kept(mock_engine.RecordingMonitor):
+        def __init__(self, mocks):
+            super().__init__(mocks)
+            monitors.append(self)
+
+    monkeypatch.setattr(mock_engine, "RecordingMonitor", Kept)
+    settings = MetadataSettings()
+    with pytest.raises(SettingsError, match=r"metadata\.engine: expected standalone"):
+        build(lambda: MetadataEngine("meta", MetadataEngineArgs(settings, protect=True, previous_engine="standalone")))
+    assert monitors[0].registrations == []  # not even the component: everything waits for the guard
+
+
+def test_the_cli_refuses_to_move_a_protected_stack_off_its_engine(tmp_path, capsys):
+    previous = tmp_path / "outputs.json"
+    previous.write_text('{"metadataService": "redis.juicefs-meta.svc.cluster.local"}')  # deployed before: one Redis
+    out = tmp_path / "out"
+    assert main(["render", "--stack", "prod", "--previous-outputs", str(previous), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "metadata.engine: expected standalone" in err and "metadata.migratedFrom: standalone" in err
+    assert "Traceback" not in err and not out.exists()

@@ -70,7 +70,12 @@ def test_s3_with_oidc_uses_a_role_for_service_accounts_not_keys(render_stack):
 
 
 def test_protect_flag_guards_bucket_and_data_volumes(render_stack):
-    _, monitor = render_stack("dev", cluster={"protectStatefulResources": True}, objectStore={"backend": "s3"})
+    _, monitor = render_stack(
+        "dev",
+        cluster={"protectStatefulResources": True},
+        objectStore={"backend": "s3"},
+        metadata={"acceptNodeLossRisk": True},
+    )
     guarded = {r.name for r in monitor.registrations if r.protect and r.retain_on_delete}
     assert {"ai-storage-object-store-bucket", "ai-storage-metadata-redis"} <= guarded
     _, monitor = render_stack("dev")

@@ -1,0 +1,84 @@
+"""ElastiCache: the managed JuiceFS metadata engine for stacks on AWS, through pulumi-aws.
+
+A replication group (cluster mode disabled, which JuiceFS needs) with a primary and replicas in several
+Availability Zones, automatic Multi-AZ failover, TLS in transit (``rediss://``), encryption at rest, an auth
+token from pulumi-random, daily snapshots kept for a number of days, and a parameter group that sets
+``maxmemory-policy noeviction``. ElastiCache offers no AOF with Multi-AZ: a node's loss is covered by the
+replicas and automatic failover, and the snapshots and the platform's metadata backups bound what a loss of
+the whole group costs.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import pulumi
+import pulumi_random as random
+from pydantic import Field
+
+from . import kube, versions
+from .redis import DURABILITY, PORT, MetadataEndpoint, RedisSettings
+from .section import Section
+
+_HOUR = r"([01][0-9]|2[0-3]):[0-5][0-9]"
+
+
+class ElastiCacheSettings(Section):
+    """An Amazon ElastiCache (Redis OSS) replication group with Multi-AZ failover."""
+
+    node_type: str = Field("cache.r7g.large", pattern=r"^cache\.[a-z0-9]+\.[a-z0-9]+$")
+    """Node type of the primary and each replica (memory-optimized `cache.r7g.*` suits metadata)."""
+    replicas: int = Field(2, ge=0, le=5)
+    """Replicas of the primary, in other Availability Zones; one takes over when the primary fails."""
+    subnet_ids: list[Annotated[str, Field(pattern=r"^subnet-[0-9a-f]+$")]] = []
+    """Subnets of the replication group, in two or more Availability Zones (the cluster's private subnets)."""
+    security_group_ids: list[Annotated[str, Field(pattern=r"^sg-[0-9a-f]+$")]] = []
+    """Security groups that admit the cluster's nodes to port 6379."""
+    snapshot_retention_days: int = Field(7, ge=1, le=35)
+    """Days the daily snapshots are kept."""
+    snapshot_window: str = Field(
+        "03:00-04:00", pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]-([01][0-9]|2[0-3]):[0-5][0-9]$"
+    )
+    """Daily UTC window of the snapshot (`hh:mm-hh:mm`, at least an hour)."""
+
+
+def parameters() -> list[dict[str, str]]:
+    """The parameter group's settings: never evict a key (JuiceFS loses files if Redis evicts)."""
+    return [{"name": "maxmemory-policy", "value": DURABILITY["maxmemory-policy"]}]
+
+
+def elasticache_engine(
+    name: str, r: RedisSettings, e: ElastiCacheSettings, protect: bool, parent: pulumi.Resource
+) -> MetadataEndpoint:
+    """The replication group, its subnet and parameter groups, and a TLS URL with the generated auth token."""
+    import pulumi_aws as aws  # only stacks that use ElastiCache pay for importing pulumi-aws
+
+    child = pulumi.ResourceOptions(parent=parent)
+    # ElastiCache auth tokens: 16-128 printable characters, none of @ " /.
+    token = random.RandomPassword(f"{name}-auth-token", length=64, special=False, opts=child)
+    subnets = aws.elasticache.SubnetGroup(f"{name}-subnets", subnet_ids=e.subnet_ids, opts=child)
+    engine, version, family = versions.ELASTICACHE_ENGINE
+    params = aws.elasticache.ParameterGroup(f"{name}-parameters", family=family, parameters=parameters(), opts=child)
+    group = aws.elasticache.ReplicationGroup(
+        f"{name}-replication-group",
+        description="JuiceFS metadata of the AI storage platform",
+        engine=engine,
+        engine_version=version,
+        node_type=e.node_type,
+        num_cache_clusters=e.replicas + 1,
+        automatic_failover_enabled=e.replicas > 0,
+        multi_az_enabled=e.replicas > 0,
+        transit_encryption_enabled=True,
+        at_rest_encryption_enabled=True,
+        auth_token=token.result,
+        parameter_group_name=params.name,
+        subnet_group_name=subnets.name,
+        security_group_ids=e.security_group_ids,
+        snapshot_retention_limit=e.snapshot_retention_days,
+        snapshot_window=e.snapshot_window,
+        port=PORT,
+        opts=kube.stateful(parent, protect),
+    )
+    host = group.primary_endpoint_address
+    url = pulumi.Output.format("rediss://:{0}@{1}:{2}/{3}", token.result, host, PORT, r.database)
+    return MetadataEndpoint(pulumi.Output.secret(url), host)

@@ -1,0 +1,108 @@
+"""Redis as the platform runs it for JuiceFS metadata: the durable configuration every data node gets.
+
+JuiceFS loses files if Redis evicts keys or drops writes, so every data node (a standalone server, a primary
+or a replica) runs with ``maxmemory-policy noeviction`` and AOF persistence. Redis runs from the official
+image (Bitnami's images were frozen in 2025).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pulumi
+from pydantic import Field
+
+from . import kube, versions
+from .section import Quantity, Resources, Section
+
+PORT = 6379
+DURABILITY = {"appendonly": "yes", "maxmemory-policy": "noeviction"}
+"""What JuiceFS needs from Redis. Also passed as command-line flags, which override redis.conf and stay visible
+to reviewers and policies (the file itself is a Secret)."""
+CONFIG_DIR = "/etc/redis"
+"""Where the config Secret (redis.conf, password) is mounted."""
+
+
+class RedisSettings(Section):
+    """The Redis data nodes the platform runs in the cluster (one, or a primary and its replicas)."""
+
+    storage_size: Quantity = "10Gi"
+    """Size of each Redis data PVC (AOF and RDB files)."""
+    storage_class: str | None = None
+    """StorageClass for the Redis PVCs; unset uses the cluster default."""
+    database: int = Field(1, ge=0, le=15)
+    """Redis database number JuiceFS uses."""
+    appendfsync: Literal["everysec", "always"] = "everysec"
+    """AOF fsync policy: `everysec` loses at most one second of metadata on a crash, `always` none."""
+    maxmemory_percent: int = Field(80, ge=10, le=95)
+    """Share of the container memory limit Redis may use before refusing writes (never evicting)."""
+    resources: Resources = Resources(cpu_request="250m", memory_request="512Mi", memory_limit="2Gi")
+    """Requests and limits of each Redis container."""
+
+
+@dataclass(frozen=True)
+class MetadataEndpoint:
+    """How JuiceFS clients reach a metadata engine."""
+
+    url: pulumi.Output[str]
+    """JuiceFS metadata URL with the password (secret)."""
+    host: pulumi.Output[str]
+    """The DNS name clients connect to first (the Redis Service, the Sentinels' Service, or the managed
+    primary endpoint)."""
+
+
+def redis_conf(settings: RedisSettings, password: str, *extra: str) -> str:
+    """The redis.conf of a data node: durable (AOF), never evicting, password required; ``extra`` lines
+    (replication settings) follow the common ones."""
+    maxmemory = kube.quantity_bytes(settings.resources.memory_limit) * settings.maxmemory_percent // 100
+    return "\n".join(
+        [
+            "bind 0.0.0.0",
+            f"port {PORT}",
+            "protected-mode yes",
+            f"requirepass {password}",
+            "dir /data",
+            f"appendonly {DURABILITY['appendonly']}",
+            f"appendfsync {settings.appendfsync}",
+            "appenddirname appendonlydir",
+            "aof-use-rdb-preamble yes",
+            "save 900 1",
+            "save 300 10",
+            "save 60 10000",
+            f"maxmemory {maxmemory}",
+            f"maxmemory-policy {DURABILITY['maxmemory-policy']}",
+            *extra,
+            "",
+        ]
+    )
+
+
+def ping_probe(port: int) -> dict[str, Any]:
+    """An exec probe that authenticates with the mounted password and expects PONG from ``port``."""
+    ping = f'REDISCLI_AUTH="$(cat {CONFIG_DIR}/password)" redis-cli -p {port} ping | grep -q PONG'
+    return {"exec": {"command": ["sh", "-c", ping]}, "timeoutSeconds": 5}
+
+
+def durability_flags() -> list[str]:
+    """The durability settings as command-line flags (they override the config file)."""
+    return [part for key, value in DURABILITY.items() for part in (f"--{key}", value)]
+
+
+def data_container(settings: RedisSettings, command: list[str], *mounts: dict[str, Any]) -> dict[str, Any]:
+    """A Redis data node's container: the pinned image, ``command``, ping probes and the data volume."""
+    probe = ping_probe(PORT)
+    return kube.container(
+        "redis",
+        versions.REDIS_IMAGE,
+        settings.resources,
+        command=command,
+        ports=[{"name": "redis", "containerPort": PORT}],
+        livenessProbe={**probe, "initialDelaySeconds": 30, "periodSeconds": 15},
+        readinessProbe={**probe, "periodSeconds": 5},
+        volumeMounts=[
+            {"name": "data", "mountPath": "/data"},
+            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+            *mounts,
+        ],
+    )

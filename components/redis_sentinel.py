@@ -1,0 +1,319 @@
+"""Redis with Sentinel: the in-cluster metadata engine that survives the loss of a node.
+
+A StatefulSet of data nodes (a primary and its replicas, every one durable: AOF and ``noeviction``) and a
+StatefulSet of Sentinels, each pod on its own node, with PodDisruptionBudgets. One password guards the data
+nodes and the Sentinels, so the JuiceFS Sentinel URL (``redis://:PASSWORD@MASTER,S1,S2,S3:26379/DB``, the form
+the JuiceFS docs give) is all a client needs. Every pod starts through one script (``start_script``) that
+finds the current primary (ask the Sentinels, else a data node that has replicas, else the initial primary)
+and then runs ``redis-server`` or ``redis-sentinel``; the data-path tests run that script on the real
+binaries.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import pulumi
+import pulumi_kubernetes as k8s
+import pulumi_random as random
+from pydantic import Field
+
+from . import kube, versions
+from .redis import (
+    CONFIG_DIR,
+    PORT,
+    MetadataEndpoint,
+    RedisSettings,
+    data_container,
+    durability_flags,
+    ping_probe,
+    redis_conf,
+)
+from .section import DnsLabel, Resources, Section
+
+SENTINEL_PORT = 26379
+SCRIPTS_DIR = "/opt/redis-start"
+DATA_SERVICE = "redis"
+SENTINEL_SERVICE = "redis-sentinel"
+PRIMARY = "@PRIMARY@"
+"""Placeholder of the primary's address in sentinel.conf; the start script fills it in."""
+
+
+class SentinelSettings(Section):
+    """A Redis primary, its replicas and the Sentinels that fail over between them."""
+
+    replicas: int = Field(2, ge=0, le=8)
+    """Replicas of the primary, each a full durable copy that can take over."""
+    sentinels: int = Field(3, ge=1, le=7)
+    """Sentinel processes; a majority of them must agree before a replica is promoted."""
+    master_name: DnsLabel = "juicefs"
+    """Name the Sentinels know the primary by (part of the JuiceFS metadata URL)."""
+    down_after_seconds: int = Field(5, ge=1, le=600)
+    """Seconds the primary must be unreachable before the Sentinels start a failover."""
+    failover_timeout_seconds: int = Field(60, ge=10, le=3600)
+    """Seconds a failover may take before another Sentinel retries it."""
+    min_replicas_to_write: int = Field(1, ge=0, le=8)
+    """The primary refuses writes while fewer replicas are connected, so an isolated primary cannot accept
+    writes that a failover would then lose."""
+    spread: Literal["required", "preferred"] = "required"
+    """Each data node and each Sentinel must (`required`) or should (`preferred`) run on its own node."""
+    resources: Resources = Resources(cpu_request="50m", memory_request="64Mi", memory_limit="256Mi")
+    """Requests and limits of each Sentinel container."""
+
+    def quorum(self) -> int:
+        """Sentinels that must agree the primary is down: a majority."""
+        return self.sentinels // 2 + 1
+
+
+def replication_lines(s: SentinelSettings, password: str) -> list[str]:
+    """redis.conf lines of a data node that can be a primary or a replica."""
+    return [
+        f"masterauth {password}",
+        f"min-replicas-to-write {s.min_replicas_to_write}",
+        "min-replicas-max-lag 10",
+        "replica-read-only yes",
+    ]
+
+
+def sentinel_conf(s: SentinelSettings, password: str) -> str:
+    """sentinel.conf: password required of clients and of the other Sentinels, hostnames (pods' DNS names)
+    announced and resolved, and the primary monitored under ``master_name`` (its address filled in at start)."""
+    name = s.master_name
+    return "\n".join(
+        [
+            "bind 0.0.0.0",
+            f"port {SENTINEL_PORT}",
+            f"requirepass {password}",
+            f"sentinel sentinel-pass {password}",
+            "sentinel resolve-hostnames yes",
+            "sentinel announce-hostnames yes",
+            f"sentinel monitor {name} {PRIMARY} {PORT} {s.quorum()}",
+            f"sentinel auth-pass {name} {password}",
+            f"sentinel down-after-milliseconds {name} {s.down_after_seconds * 1000}",
+            f"sentinel failover-timeout {name} {s.failover_timeout_seconds * 1000}",
+            f"sentinel parallel-syncs {name} 1",
+            "",
+        ]
+    )
+
+
+def start_script() -> str:
+    """The start script of every pod: ``start.sh data|sentinel [redis-server flags]``. It reads its
+    addresses from the environment (SELF_HOST, NODES, SENTINELS, REDIS_PORT, SENTINEL_PORT, MASTER_NAME,
+    INITIAL_PRIMARY, CONFIG_DIR, DATA_DIR)."""
+    return r"""#!/bin/sh
+# Start a data node or a Sentinel of the JuiceFS metadata engine at the current primary.
+set -eu
+REDISCLI_AUTH="$(cat "$CONFIG_DIR/password")"
+export REDISCLI_AUTH
+
+# The primary: what the Sentinels agree on, else a data node that has replicas, else the initial primary.
+primary() {
+  for s in $SENTINELS; do
+    p="$(timeout 3 redis-cli -h "$s" -p "$SENTINEL_PORT" sentinel get-master-addr-by-name "$MASTER_NAME" \
+      2>/dev/null | head -n 1)" || p=""
+    if [ -n "$p" ]; then echo "$p"; return; fi
+  done
+  for n in $NODES; do
+    [ "$n" = "$SELF_HOST" ] && continue
+    info="$(timeout 3 redis-cli -h "$n" -p "$REDIS_PORT" info replication 2>/dev/null | tr -d '\r')" || info=""
+    case "$info" in *role:master*connected_slaves:[1-9]*) echo "$n"; return ;; esac
+  done
+  echo "$INITIAL_PRIMARY"
+}
+
+role="$1"
+shift
+at="$(primary)"
+echo "starting $role at $SELF_HOST; primary: $at"
+if [ "$role" = sentinel ]; then
+  conf="$DATA_DIR/sentinel.conf"
+  sed "s/@PRIMARY@/$at/" "$CONFIG_DIR/sentinel.conf" > "$conf"
+  echo "sentinel announce-ip $SELF_HOST" >> "$conf"
+  exec redis-sentinel "$conf" "$@"
+fi
+conf="$DATA_DIR/redis-runtime.conf"
+cp "$CONFIG_DIR/redis.conf" "$conf"
+echo "replica-announce-ip $SELF_HOST" >> "$conf"
+if [ "$at" != "$SELF_HOST" ]; then echo "replicaof $at $REDIS_PORT" >> "$conf"; fi
+exec redis-server "$conf" "$@"
+"""
+
+
+def dns(pod: str, service: str, namespace: str) -> str:
+    return f"{pod}.{service}.{namespace}.svc.cluster.local"
+
+
+def start_env(s: SentinelSettings, namespace: str, service: str) -> list[dict[str, Any]]:
+    """The start script's environment in a pod of ``service``: its own DNS name and every peer's."""
+    nodes = [dns(f"{DATA_SERVICE}-{i}", DATA_SERVICE, namespace) for i in range(s.replicas + 1)]
+    sentinels = [dns(f"{SENTINEL_SERVICE}-{i}", SENTINEL_SERVICE, namespace) for i in range(s.sentinels)]
+    values = {
+        "SELF_HOST": dns("$(POD_NAME)", service, namespace),
+        "NODES": " ".join(nodes),
+        "SENTINELS": " ".join(sentinels),
+        "REDIS_PORT": str(PORT),
+        "SENTINEL_PORT": str(SENTINEL_PORT),
+        "MASTER_NAME": s.master_name,
+        "INITIAL_PRIMARY": nodes[0],
+        "CONFIG_DIR": CONFIG_DIR,
+        "DATA_DIR": "/data",
+    }
+    pod_name = {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+    return [pod_name, *({"name": k, "value": v} for k, v in values.items())]
+
+
+def spread(s: SentinelSettings, labels: dict[str, str]) -> dict[str, Any]:
+    """Pod anti-affinity keeping the pods of one StatefulSet on different nodes."""
+    term = {"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"}
+    if s.spread == "required":
+        return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    return {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": term}]
+        }
+    }
+
+
+VOLUMES = [
+    {"name": "config", "secret": {"secretName": "redis-config"}},
+    {"name": "scripts", "configMap": {"name": "redis-start"}},
+]
+SCRIPTS_MOUNT = {"name": "scripts", "mountPath": SCRIPTS_DIR, "readOnly": True}
+
+
+def data_spec(r: RedisSettings, s: SentinelSettings, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
+    """The data nodes' StatefulSet ``spec``: the primary and its replicas, one per node, durable."""
+    command = ["sh", f"{SCRIPTS_DIR}/start.sh", "data", *durability_flags()]
+    redis = {**data_container(r, command, SCRIPTS_MOUNT), "env": start_env(s, namespace, DATA_SERVICE)}
+    template = kube.pod_template(labels, [redis], VOLUMES, terminationGracePeriodSeconds=60, affinity=spread(s, labels))
+    return {
+        "serviceName": DATA_SERVICE,
+        "replicas": s.replicas + 1,
+        "selector": {"matchLabels": labels},
+        "template": template,
+        "volumeClaimTemplates": [kube.data_claim_template(r.storage_size, r.storage_class)],
+    }
+
+
+def sentinel_spec(s: SentinelSettings, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
+    """The Sentinels' StatefulSet ``spec``: one per node, their rewritable config on an emptyDir."""
+    probe = ping_probe(SENTINEL_PORT)
+    sentinel = kube.container(
+        "sentinel",
+        versions.REDIS_IMAGE,
+        s.resources,
+        command=["sh", f"{SCRIPTS_DIR}/start.sh", "sentinel"],
+        env=start_env(s, namespace, SENTINEL_SERVICE),
+        ports=[{"name": "sentinel", "containerPort": SENTINEL_PORT}],
+        livenessProbe={**probe, "initialDelaySeconds": 30, "periodSeconds": 15},
+        readinessProbe={**probe, "periodSeconds": 5},
+        volumeMounts=[
+            {"name": "data", "mountPath": "/data"},
+            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+            SCRIPTS_MOUNT,
+        ],
+    )
+    volumes = [{"name": "data", "emptyDir": {}}, *VOLUMES]
+    return {
+        "serviceName": SENTINEL_SERVICE,
+        "replicas": s.sentinels,
+        "podManagementPolicy": "Parallel",
+        "selector": {"matchLabels": labels},
+        "template": kube.pod_template(labels, [sentinel], volumes, affinity=spread(s, labels)),
+    }
+
+
+def _headless(
+    name: str, service: str, port: int, ns: k8s.core.v1.Namespace, labels: dict[str, str], parent: pulumi.Resource
+) -> k8s.core.v1.Service:
+    """A headless Service whose pods' DNS names resolve before they are ready (the start script needs them)."""
+    return k8s.core.v1.Service(
+        name,
+        metadata={"name": service, "namespace": ns.metadata.name, "labels": labels},
+        spec={
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": labels,
+            "ports": [{"name": service, "port": port, "targetPort": port}],
+        },
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
+
+
+def _budget(
+    name: str,
+    workload: str,
+    ns: k8s.core.v1.Namespace,
+    labels: dict[str, str],
+    after: pulumi.Resource,
+    parent: pulumi.Resource,
+) -> None:
+    """At most one pod of ``workload`` voluntarily down at a time (drains, upgrades)."""
+    k8s.policy.v1.PodDisruptionBudget(
+        name,
+        metadata={"name": workload, "namespace": ns.metadata.name, "labels": labels},
+        spec={"maxUnavailable": 1, "selector": {"matchLabels": labels}},
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=[after]),
+    )
+
+
+def sentinel_engine(
+    name: str,
+    r: RedisSettings,
+    s: SentinelSettings,
+    namespace: str,
+    ns: k8s.core.v1.Namespace,
+    protect: bool,
+    parent: pulumi.Resource,
+) -> MetadataEndpoint:
+    """Data nodes and Sentinels sharing one generated password; the metadata URL names the Sentinels."""
+    child = pulumi.ResourceOptions(parent=parent)
+    password = random.RandomPassword(f"{name}-password", length=40, special=False, opts=child)
+    config = k8s.core.v1.Secret(
+        f"{name}-config",
+        metadata={"name": "redis-config", "namespace": ns.metadata.name},
+        type="Opaque",
+        string_data={
+            "redis.conf": password.result.apply(lambda p: redis_conf(r, p, *replication_lines(s, p))),
+            "sentinel.conf": password.result.apply(lambda p: sentinel_conf(s, p)),
+            "password": password.result,
+        },
+        opts=child,
+    )
+    scripts = k8s.core.v1.ConfigMap(
+        f"{name}-start-script",
+        metadata={"name": "redis-start", "namespace": ns.metadata.name},
+        data={"start.sh": start_script()},
+        opts=child,
+    )
+    data_labels = kube.labels("redis", "metadata-engine")
+    sentinel_labels = kube.labels("redis-sentinel", "metadata-engine")
+    data_service = _headless(f"{name}-service", DATA_SERVICE, PORT, ns, data_labels, parent)
+    sentinel_service = _headless(
+        f"{name}-sentinel-service", SENTINEL_SERVICE, SENTINEL_PORT, ns, sentinel_labels, parent
+    )
+    data_policy = kube.ingress_policy(f"{name}-network-policy", ns.metadata.name, data_labels, [PORT], parent)
+    sentinel_policy = kube.ingress_policy(
+        f"{name}-sentinel-network-policy", ns.metadata.name, sentinel_labels, [SENTINEL_PORT], parent
+    )
+    data = k8s.apps.v1.StatefulSet(
+        f"{name}-redis",
+        metadata=kube.workload_metadata("redis", ns.metadata.name, r.resources, data_labels),
+        spec=data_spec(r, s, namespace, data_labels),
+        opts=kube.stateful(parent, protect, depends_on=[config, scripts, data_service, data_policy]),
+    )
+    sentinels = k8s.apps.v1.StatefulSet(
+        f"{name}-sentinel",
+        metadata=kube.workload_metadata("redis-sentinel", ns.metadata.name, s.resources, sentinel_labels),
+        spec=sentinel_spec(s, namespace, sentinel_labels),
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=[config, scripts, sentinel_service, sentinel_policy]),
+    )
+    _budget(f"{name}-budget", "redis", ns, data_labels, data, parent)
+    _budget(f"{name}-sentinel-budget", "redis-sentinel", ns, sentinel_labels, sentinels, parent)
+    hosts = ",".join(dns(f"{SENTINEL_SERVICE}-{i}", SENTINEL_SERVICE, namespace) for i in range(s.sentinels))
+    url = pulumi.Output.format(
+        "redis://:{0}@{1},{2}:{3}/{4}", password.result, s.master_name, hosts, SENTINEL_PORT, r.database
+    )
+    host = pulumi.Output.from_input(f"{SENTINEL_SERVICE}.{namespace}.svc.cluster.local")
+    return MetadataEndpoint(pulumi.Output.secret(url), host)
