@@ -37,9 +37,10 @@ def main(argv: list[str] | None = None) -> int:
     render_cmd.add_argument("--config-file", type=Path, help="stack file to use instead of Pulumi.<stack>.yaml")
     render_cmd.add_argument("--project-dir", type=Path, help="Pulumi project to render (default: this repository)")
     render_cmd.add_argument(
-        "--previous-outputs",
+        "--stack-outputs",
         type=Path,
-        help="JSON of the stack's last outputs (`pulumi stack output --json`): render as the next update",
+        help="JSON outputs every StackReference reads (`pulumi stack output --json` of the stack itself, to render "
+        "its next update, or of the platform stack a team project references)",
     )
     docs_cmd = commands.add_parser("docs", help="write the configuration reference (docs/config.md)")
     docs_cmd.add_argument("--out", type=Path, default=Path("docs/config.md"), help="where to write it")
@@ -54,8 +55,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         root = (args.project_dir or render.ROOT).resolve()
-        previous = json.loads(args.previous_outputs.read_text()) if args.previous_outputs else None
-        result = render.rendering(args.stack, render.run(args.stack, args.config_file, root, previous))
+        outputs = json.loads(args.stack_outputs.read_text()) if args.stack_outputs else None
+        result = render.rendering(args.stack, render.run(args.stack, args.config_file, root, outputs))
     except pulumi.RunError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

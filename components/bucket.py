@@ -25,3 +25,11 @@ class Bucket:
     """Secret access key (secret; empty with IAM roles for service accounts)."""
     role_arn: pulumi.Output[str] | None = None
     """IAM role for service accounts (AWS S3 with `oidcProviderArn` only)."""
+
+
+def object_url(storage: str, bucket_url: str, prefix: str) -> tuple[str, list[str]]:
+    """Where ``juicefs sync`` reaches ``prefix`` of a bucket (a JuiceFS object URL), and the flags it needs."""
+    scheme, _, rest = bucket_url.partition("://")
+    flags = ["--no-https"] if scheme == "http" else []
+    name = "minio" if storage == "minio" else "s3"
+    return f"{name}://{rest.rstrip('/')}/{prefix}", flags

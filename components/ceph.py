@@ -120,6 +120,12 @@ class RookCephSettings(Section):
     """What deleting the CephCluster does to hosts and disks."""
     resources: CephResources = CephResources()
     """Requests and limits of the operator and the Ceph daemons."""
+    snapshot_classes: bool = True
+    """Make a VolumeSnapshotClass for the RBD and for the CephFS driver (each its driver's default), so claims on
+    Ceph tiers can be snapshotted."""
+    snapshot_controller: Literal["install", "existing"] = "install"
+    """`install` the CSI snapshot CRDs and snapshot-controller (external-snapshotter, pinned), or use the
+    cluster's `existing` ones (EKS and GKE offer them as add-ons)."""
     accept_data_loss_risk: bool = False
     """Allow fewer than 3 replicas, minSize below 2, fewer than 3 mons or failureDomain `osd` (dev only)."""
     allow_even_mon_count: bool = False

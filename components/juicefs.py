@@ -15,6 +15,7 @@ import pulumi_kubernetes as k8s
 from pydantic import Field
 
 from . import kube, versions
+from .bucket import object_url
 from .section import DnsLabel, Resources, Section
 from .storage_tiers import Tier, TierClass
 
@@ -71,10 +72,7 @@ BACKUP_PREFIX = "meta-backups/"
 
 def backup_destination(storage: str, bucket_url: str) -> tuple[str, list[str]]:
     """Where ``juicefs sync`` uploads the dumps (a JuiceFS object URL) and the flags it needs."""
-    scheme, _, rest = bucket_url.partition("://")
-    flags = ["--no-https"] if scheme == "http" else []
-    name = "minio" if storage == "minio" else "s3"
-    return f"{name}://{rest.rstrip('/')}/{BACKUP_PREFIX}", flags
+    return object_url(storage, bucket_url, BACKUP_PREFIX)
 
 
 def backup_script(sync_flags: list[str]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -22,6 +23,8 @@ CHECKOV_SKIPS: dict[str, str] = {
     "floating tags); digests need a registry lookup, which the offline build cannot make",
     "CKV_K8S_11": "no CPU limit unless the stack sets resources.cpuLimit: CFS throttling of this data-path "
     "server stalls every JuiceFS call waiting on it; the CPU request is set and memory is limited",
+    "CKV_K8S_38": "this job calls the API server (it creates and deletes VolumeSnapshots) with its own service "
+    "account, whose Role allows only that in its namespace",
 }
 """Why a checkov check is skipped on the objects that carry its annotation (see ``checkov_skips``)."""
 
@@ -130,22 +133,24 @@ def workload_metadata(
     resources: Resources,
     labels: Mapping[str, str] | None = None,
     annotations: Mapping[str, str] | None = None,
+    skips: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The metadata of a workload (StatefulSet, Job, CronJob), with the checkov skips its ``resources`` call for."""
+    """The metadata of a workload (StatefulSet, Job, CronJob), with the checkov skips its ``resources`` call for
+    (and ``skips``)."""
     metadata: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
-        "annotations": {**(annotations or {}), **checkov_skips(resources)},
+        "annotations": {**(annotations or {}), **checkov_skips(resources, *skips)},
     }
     if labels:
         metadata["labels"] = dict(labels)
     return metadata
 
 
-def checkov_skips(resources: Resources) -> dict[str, str]:
+def checkov_skips(resources: Resources, *also: str) -> dict[str, str]:
     """Annotations making checkov skip, with the reason, what a workload does on purpose: image tags rather
-    than digests, and no CPU limit when ``resources`` sets none."""
-    checks = ["CKV_K8S_43"] + ([] if resources.cpu_limit else ["CKV_K8S_11"])
+    than digests, no CPU limit when ``resources`` sets none, and the checks named in ``also``."""
+    checks = ["CKV_K8S_43"] + ([] if resources.cpu_limit else ["CKV_K8S_11"]) + list(also)
     return {f"checkov.io/skip{i}": f"{check}={CHECKOV_SKIPS[check]}" for i, check in enumerate(checks, 1)}
 
 
@@ -209,3 +214,25 @@ def release(
         opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on)),
         **options,
     )
+
+
+class CustomObject(pulumi.CustomResource):
+    """A custom resource whose fields sit at the top level, beside ``metadata`` (a VolumeSnapshotClass has
+    ``driver``, ``deletionPolicy`` and ``parameters``, and no ``spec``). pulumi-kubernetes' Python
+    ``CustomResource`` sends only ``spec`` (pulumi-kubernetes#3549); the provider creates any object of a
+    served kind from its full inputs, which is what this registers."""
+
+    def __init__(
+        self,
+        resource_name: str,
+        api_version: str,
+        kind: str,
+        metadata: Mapping[str, Any],
+        fields: Mapping[str, Any],
+        opts: pulumi.ResourceOptions,
+    ):
+        props = {"apiVersion": api_version, "kind": kind, "metadata": dict(metadata), **fields}
+        version = pulumi.ResourceOptions(version=importlib.metadata.version("pulumi-kubernetes"))
+        super().__init__(
+            f"kubernetes:{api_version}:{kind}", resource_name, props, pulumi.ResourceOptions.merge(opts, version)
+        )

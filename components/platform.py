@@ -9,8 +9,9 @@ from typing import Any
 import pulumi
 
 from .acceptance import StorageAcceptance, StorageAcceptanceArgs
+from .checkpoints import OFFSITE_PREFIX, OffsiteTarget
 from .fluid import BucketSource, Fluid, FluidArgs
-from .juicefs import BACKUP_PREFIX, JuiceFS, JuiceFSArgs, JuiceFSSettings, JuiceFSSource
+from .juicefs import BACKUP_PREFIX, JuiceFS, JuiceFSArgs, JuiceFSSource
 from .local_nvme import LocalNVMe, LocalNVMeArgs
 from .metadata_engine import MetadataEngine, MetadataEngineArgs, previous_engine
 from .object_store import ObjectStore, ObjectStoreArgs
@@ -21,10 +22,13 @@ from .training import Training, TrainingArgs
 from .volcano import Volcano, VolcanoArgs
 
 
-def backup_expiry(juicefs: JuiceFSSettings) -> dict[str, int]:
-    """The object-store expiry that enforces the metadata backups' retention."""
-    backup = juicefs.metadata_backup
-    return {BACKUP_PREFIX: backup.retention_days} if juicefs.enabled and backup.enabled else {}
+def expirations(s: PlatformSettings) -> dict[str, int]:
+    """The object-store expiries that enforce the retention of the metadata backups and the offsite checkpoints."""
+    backup = s.juicefs.metadata_backup
+    found = {BACKUP_PREFIX: backup.retention_days} if s.juicefs.enabled and backup.enabled else {}
+    if s.checkpoints.offsite.enabled:
+        found[OFFSITE_PREFIX] = s.checkpoints.offsite_retention_days
+    return found
 
 
 @dataclass
@@ -65,11 +69,12 @@ class Platform(pulumi.ComponentResource):
             rgw = s.object_store.backend == "ceph-rgw"
             self.rook_ceph = RookCeph(f"{name}-rook-ceph", RookCephArgs(s.rook_ceph, protect, rgw), child)
             backends["cephfs"] = self.rook_ceph
+            backends["rbd"] = self.rook_ceph.block
         if s.local_nvme.enabled:
             backends["topolvm"] = LocalNVMe(f"{name}-local-nvme", LocalNVMeArgs(s.local_nvme), child)
         gateway = self.rook_ceph.rgw if self.rook_ceph else None
         self.object_store = ObjectStore(
-            f"{name}-object-store", ObjectStoreArgs(s.object_store, protect, backup_expiry(s.juicefs), gateway), child
+            f"{name}-object-store", ObjectStoreArgs(s.object_store, protect, expirations(s), gateway), child
         )
         self.metadata = None
         self._volume: JuiceFSSource | None = None
@@ -111,6 +116,8 @@ class Platform(pulumi.ComponentResource):
                 for d in s.fluid.datasets
                 if s.fluid.enabled and s.fluid.data_affinity == "required" and d.namespace == t.workload_namespace
             ]
+            store = self.object_store
+            offsite = OffsiteTarget(store.storage_type, store.bucket_url, store.access_key, store.secret_key)
             args = TrainingArgs(
                 t,
                 self.volcano.release,
@@ -118,5 +125,7 @@ class Platform(pulumi.ComponentResource):
                 shared,
                 required,
                 s.cluster.protect_stateful_resources,
+                s.checkpoints,
+                offsite,
             )
             Training(f"{name}-training", args, child)

@@ -2,7 +2,8 @@
 
 Output (default ``build/<stack>``): ``plan.json`` (every registered resource in registration order, secrets
 as ``"[secret]"``), ``manifests/<component>.yaml`` (every Kubernetes object created directly) and
-``charts.yaml`` (every Helm release). No cloud or cluster is contacted.
+``charts.yaml`` (every Helm release) and ``outputs.json`` (the stack outputs, secret ones as ``"[secret]"``). No
+cloud or cluster is contacted.
 """
 
 from __future__ import annotations
@@ -73,11 +74,11 @@ def _hide_secure(value: Any) -> Any:
 
 
 def run(
-    stack: str, config_file: Path | None = None, root: Path = ROOT, previous_outputs: Mapping[str, Any] | None = None
+    stack: str, config_file: Path | None = None, root: Path = ROOT, stack_outputs: Mapping[str, Any] | None = None
 ) -> RecordingMonitor:
     """Run the Pulumi program in ``root`` for ``stack`` (config from ``Pulumi.<stack>.yaml`` or
-    ``config_file``) under the mock engine, as an update after one that exported ``previous_outputs`` (none:
-    a first deployment); return what it registered."""
+    ``config_file``) under the mock engine; every StackReference reads ``stack_outputs`` (none: a first
+    deployment, with nothing to reference); return what it registered."""
     project = project_name(root)
     config, secret_keys = stack_file_config(config_file or root / f"Pulumi.{stack}.yaml", project)
     if str(root) not in sys.path:
@@ -86,7 +87,7 @@ def run(
     def program() -> None:
         runpy.run_path(str(root / "__main__.py"), run_name="__main__")
 
-    return run_program(program, stack, project, config, secret_keys, previous_outputs)
+    return run_program(program, stack, project, config, secret_keys, stack_outputs)
 
 
 @dataclass
@@ -172,7 +173,8 @@ def rendering(stack: str, monitor: RecordingMonitor) -> Rendering:
 
 
 def write(result: Rendering, out_dir: Path) -> None:
-    """Write plan.json, manifests/*.yaml and charts.yaml (byte-identical for the same input)."""
+    """Write plan.json, manifests/*.yaml, charts.yaml and outputs.json (the stack outputs, secrets hidden);
+    byte-identical for the same input."""
     manifests = out_dir / "manifests"
     manifests.mkdir(parents=True, exist_ok=True)
     for old in manifests.glob("*.yaml"):
@@ -181,6 +183,7 @@ def write(result: Rendering, out_dir: Path) -> None:
     for component, objects in sorted(result.manifests.items()):
         (manifests / f"{component}.yaml").write_text(yaml.safe_dump_all(objects, sort_keys=True))
     (out_dir / "charts.yaml").write_text(yaml.safe_dump(result.charts, sort_keys=True))
+    (out_dir / "outputs.json").write_text(json.dumps(result.outputs, indent=2, sort_keys=True) + "\n")
 
 
 def summary(result: Rendering) -> str:

@@ -22,6 +22,10 @@ from .storage_tiers import Tier, TierClass
 API = "ceph.rook.io/v1"
 PROVISIONER_SECRET = "rook-csi-cephfs-provisioner"
 NODE_SECRET = "rook-csi-cephfs-node"
+RBD_PROVISIONER_SECRET = "rook-csi-rbd-provisioner"
+RBD_NODE_SECRET = "rook-csi-rbd-node"
+SNAPSHOT_CLASSES = {"rbd": "ceph-block", "cephfs": "ceph-filesystem"}
+"""The VolumeSnapshotClass of each Ceph CSI driver (each its driver's default)."""
 CSI_SUBVOLUME_GROUP = "csi"
 WARM_MOUNT_OPTIONS = ("noatime", "nodiratime")
 """CephFS kernel mounts take these (mount.ceph turns them into MS_NOATIME/MS_NODIRATIME)."""
@@ -71,6 +75,15 @@ def csi_drivers_values(s: RookCephSettings) -> dict[str, Any]:
     }
 
 
+def _secret_parameters(namespace: str, secrets: dict[str, str]) -> dict[str, str]:
+    """The CSI secret parameters (name and namespace) for each role in ``secrets``."""
+    parameters = {}
+    for role, secret in secrets.items():
+        parameters[f"csi.storage.k8s.io/{role}-secret-name"] = secret
+        parameters[f"csi.storage.k8s.io/{role}-secret-namespace"] = namespace
+    return parameters
+
+
 def cephfs_parameters(namespace: str, fs_name: str) -> dict[str, str]:
     """StorageClass parameters of a CephFS volume in ``fs_name``, with the CSI secrets Rook creates."""
     secrets = {
@@ -79,11 +92,62 @@ def cephfs_parameters(namespace: str, fs_name: str) -> dict[str, str]:
         "controller-publish": PROVISIONER_SECRET,
         "node-stage": NODE_SECRET,
     }
-    parameters = {"clusterID": namespace, "fsName": fs_name, "pool": f"{fs_name}-data"}
-    for role, secret in secrets.items():
-        parameters[f"csi.storage.k8s.io/{role}-secret-name"] = secret
-        parameters[f"csi.storage.k8s.io/{role}-secret-namespace"] = namespace
-    return parameters
+    return {
+        "clusterID": namespace,
+        "fsName": fs_name,
+        "pool": f"{fs_name}-data",
+        **_secret_parameters(namespace, secrets),
+    }
+
+
+def rbd_parameters(namespace: str, pool: str) -> dict[str, str]:
+    """StorageClass parameters of an RBD image in ``pool`` (Rook's example class: image format 2, layering, ext4)."""
+    secrets = {
+        "provisioner": RBD_PROVISIONER_SECRET,
+        "controller-expand": RBD_PROVISIONER_SECRET,
+        "node-stage": RBD_NODE_SECRET,
+    }
+    return {
+        "clusterID": namespace,
+        "pool": pool,
+        "imageFormat": "2",
+        "imageFeatures": "layering",
+        "csi.storage.k8s.io/fstype": "ext4",
+        **_secret_parameters(namespace, secrets),
+    }
+
+
+def snapshot_class_spec(namespace: str, driver: str) -> dict[str, Any]:
+    """A VolumeSnapshotClass of a Ceph CSI driver (Rook's example: the provisioner secret, snapshots deleted with
+    their VolumeSnapshot), marked as the driver's default so a VolumeSnapshot needs not name it."""
+    secret = RBD_PROVISIONER_SECRET if driver == "rbd" else PROVISIONER_SECRET
+    return {
+        "driver": f"{namespace}.{driver}.csi.ceph.com",
+        "deletionPolicy": "Delete",
+        "parameters": {"clusterID": namespace, **_secret_parameters(namespace, {"snapshotter": secret})},
+    }
+
+
+@dataclass(frozen=True)
+class CephBlock:
+    """The RBD backend of a tier: block volumes (RWO) from the CephBlockPool."""
+
+    namespace: str
+    pool: str
+    snapshot_class: str | None
+    depends_on: list[pulumi.Resource]
+    """The CSI drivers and the pool."""
+
+    def tier_class(self, tier: Tier) -> TierClass:
+        """RBD images, one writer at a time, expandable."""
+        return TierClass(
+            provisioner=f"{self.namespace}.rbd.csi.ceph.com",
+            parameters=rbd_parameters(self.namespace, self.pool),
+            access_mode="ReadWriteOnce",
+            allow_expansion=True,
+            snapshot_class=self.snapshot_class,
+            depends_on=self.depends_on,
+        )
 
 
 @dataclass
@@ -106,6 +170,8 @@ class RookCeph(pulumi.ComponentResource):
     """CephFilesystem name by role (`warm`, `checkpoint`)."""
     rgw: RgwGateway | None
     """The RGW gateway, when the object store runs on Ceph."""
+    block: CephBlock
+    """The RBD backend (tiers mapped to `rbd`)."""
 
     def __init__(self, name: str, args: RookCephArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ai-storage:rook_ceph:RookCeph", name, None, opts)
@@ -126,7 +192,10 @@ class RookCeph(pulumi.ComponentResource):
         )
         cluster = self._custom("cluster", "CephCluster", s.namespace, cluster_spec(s), [operator, csi])
         after_cluster = [operator, cluster]
-        self._custom("block-pool", "CephBlockPool", s.block_pool, pool_spec(s), after_cluster)
+        pool = self._custom("block-pool", "CephBlockPool", s.block_pool, pool_spec(s), after_cluster)
+        self._snapshot_classes = self._snapshots(s, [csi]) if s.snapshot_classes else {}
+        rbd_snapshots = SNAPSHOT_CLASSES["rbd"] if s.snapshot_classes else None
+        self.block = CephBlock(s.namespace, s.block_pool, rbd_snapshots, [csi, pool, *self._snapshot_classes.values()])
         self._fs: dict[str, list[pulumi.Resource]] = {}
         self.filesystems = {}
         for role, fs_name in (("warm", s.warm_filesystem), ("checkpoint", s.checkpoint_filesystem)):
@@ -135,7 +204,7 @@ class RookCeph(pulumi.ComponentResource):
             group = self._custom(
                 f"{role}-fs-csi-group", "CephFilesystemSubVolumeGroup", f"{fs_name}-csi", group_spec, [operator, fs]
             )
-            self._fs[role] = [csi, fs, group]
+            self._fs[role] = [csi, fs, group, *self._snapshot_classes.values()]
             self.filesystems[role] = fs.metadata["name"]
         self.rgw = None
         if args.rgw:
@@ -162,6 +231,36 @@ class RookCeph(pulumi.ComponentResource):
             opts=kube.stateful(self, self._protect_data, depends_on=after),
         )
 
+    def _snapshots(self, s: RookCephSettings, after: list[pulumi.Resource]) -> dict[str, pulumi.Resource]:
+        """The CSI snapshot CRDs and controller (unless the cluster has its own), then a VolumeSnapshotClass per
+        Ceph CSI driver."""
+        if s.snapshot_controller == "install":
+            opts = pulumi.ResourceOptions(parent=self)
+            crds = k8s.kustomize.v2.Directory(
+                f"{self._name}-snapshot-crds", directory=versions.EXTERNAL_SNAPSHOTTER_CRDS, opts=opts
+            )
+            controller = k8s.kustomize.v2.Directory(
+                f"{self._name}-snapshot-controller",
+                directory=versions.EXTERNAL_SNAPSHOTTER_CONTROLLER,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[crds]),
+            )
+            after = [*after, crds, controller]
+        return {
+            driver: kube.CustomObject(
+                f"{self._name}-{driver}-snapshot-class",
+                "snapshot.storage.k8s.io/v1",
+                "VolumeSnapshotClass",
+                {
+                    "name": name,
+                    "labels": kube.labels("rook-ceph", "snapshots"),
+                    "annotations": {"snapshot.storage.kubernetes.io/is-default-class": "true"},
+                },
+                snapshot_class_spec(s.namespace, driver),
+                pulumi.ResourceOptions(parent=self, depends_on=after),
+            )
+            for driver, name in SNAPSHOT_CLASSES.items()
+        }
+
     def tier_class(self, tier: Tier) -> TierClass:
         """CephFS, shared (RWX): the checkpoint filesystem for `checkpoint`, the warm filesystem otherwise."""
         s = self._settings
@@ -172,5 +271,6 @@ class RookCeph(pulumi.ComponentResource):
             parameters=cephfs_parameters(s.namespace, fs_name),
             access_mode="ReadWriteMany",
             mount_options=WARM_MOUNT_OPTIONS if role == "warm" else (),
+            snapshot_class=SNAPSHOT_CLASSES["cephfs"] if self._snapshot_classes else None,
             depends_on=self._fs[role],
         )

@@ -18,11 +18,13 @@ import yaml
 from pydantic import Field
 
 from .acceptance import AcceptanceSettings
+from .checkpoints import CheckpointProtection
 from .fluid import FluidSettings
 from .juicefs import JuiceFSSettings
 from .local_nvme import LocalNVMeSettings
 from .metadata_engine import MetadataSettings
 from .object_store import ObjectStoreSettings
+from .quotas import QuotaSettings
 from .rook_ceph import RookCephSettings
 from .section import Problem, Section, SettingsError, validate
 from .storage_tiers import TIERS, TiersSettings
@@ -48,6 +50,20 @@ class ClusterSettings(Section):
     """kubeconfig context to deploy to; unset uses the current context."""
     protect_stateful_resources: bool = False
     """Set `protect` and `retainOnDelete` on buckets, data volumes and clusters (on for staging and prod)."""
+
+
+class TeamDefaults(Section):
+    """What every team workspace on this environment starts from (`load_team_settings` with `environment`)."""
+
+    quota: QuotaSettings = QuotaSettings()
+    """Default storage quotas per tier and container defaults of a team's namespace."""
+
+
+class CheckpointSettings(CheckpointProtection):
+    """Protection of the platform's checkpoint claim, and how long offsite copies stay in the bucket."""
+
+    offsite_retention_days: int = Field(30, ge=1, le=3650)
+    """Days an offsite checkpoint copy is kept; the bucket expires older ones under `checkpoints/`."""
 
 
 class PlatformSettings(Section):
@@ -77,10 +93,15 @@ class PlatformSettings(Section):
     """Kubeflow training operator and its Volcano-scheduled runtimes."""
     fluid: FluidSettings = FluidSettings()
     """Fluid dataset caching."""
+    checkpoints: CheckpointSettings = CheckpointSettings()
+    """Snapshots and offsite copies of the platform's checkpoint claim."""
+    teams: TeamDefaults = TeamDefaults()
+    """Defaults of the team workspaces on this environment."""
 
     def backends(self) -> dict[str, bool]:
         """Which tier backends the stack enables."""
-        return {"juicefs": self.juicefs.enabled, "cephfs": self.rook_ceph.enabled, "topolvm": self.local_nvme.enabled}
+        ceph = self.rook_ceph.enabled
+        return {"juicefs": self.juicefs.enabled, "cephfs": ceph, "rbd": ceph, "topolvm": self.local_nvme.enabled}
 
     def problems(self) -> list[Problem]:
         """Rules that span sections (each section's own rules are its ``problems()``)."""
@@ -156,6 +177,16 @@ class PlatformSettings(Section):
         if t.enabled and self.tiers.checkpoint == "none":
             found.append(
                 Problem("tiers.checkpoint", "expected a backend", "none", "training's checkpoint claim uses this tier")
+            )
+        snapshots = self.rook_ceph.enabled and self.rook_ceph.snapshot_classes
+        if t.enabled and self.checkpoints.snapshots.enabled and not (self.tiers.checkpoint == "cephfs" and snapshots):
+            found.append(
+                Problem(
+                    "checkpoints.snapshots.enabled",
+                    "expected the checkpoint tier on cephfs with rookCeph.snapshotClasses: true",
+                    True,
+                    "only the Ceph CSI drivers get a VolumeSnapshotClass here; turn the snapshots off otherwise",
+                )
             )
         queues = [q.name for q in self.volcano.queues]
         found += [

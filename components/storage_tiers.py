@@ -16,14 +16,15 @@ from pydantic import Field
 
 from .section import Problem, Section
 
-Tier = Literal["hot", "warm", "cold", "checkpoint"]
-TIERS: tuple[Tier, ...] = ("hot", "warm", "cold", "checkpoint")
-Backend = Literal["topolvm", "cephfs", "juicefs", "none"]
+Tier = Literal["hot", "warm", "cold", "checkpoint", "block"]
+TIERS: tuple[Tier, ...] = ("hot", "warm", "cold", "checkpoint", "block")
+Backend = Literal["topolvm", "cephfs", "rbd", "juicefs", "none"]
 
 NAME_PREFIX = r"^([a-z0-9][-a-z0-9]{0,30}-)?$"
 """A StorageClass name prefix ending in '-', or empty."""
 RECLAIM: dict[str, str] = {"hot": "Delete", "warm": "Delete", "cold": "Retain", "checkpoint": "Retain"}
-"""Reclaim policy per tier: the durable tiers (cold, checkpoint) keep their data when a claim goes."""
+"""Reclaim policy per tier: the durable tiers (cold, checkpoint) keep their data when a claim goes; the block
+tier's comes from settings."""
 
 
 class TiersSettings(Section):
@@ -39,7 +40,11 @@ class TiersSettings(Section):
     """Backend of the cold tier (object-backed POSIX with a local cache)."""
     checkpoint: Backend = "cephfs"
     """Backend of the checkpoint tier (burst writes, kept apart from training reads)."""
-    default_tier: Literal["hot", "warm", "cold", "checkpoint"] | None = None
+    block: Backend = "rbd"
+    """Backend of the block tier (RWO block volumes for databases and single-writer jobs)."""
+    block_reclaim_policy: Literal["Delete", "Retain"] = "Delete"
+    """What happens to a block volume when its claim is deleted."""
+    default_tier: Tier | None = None
     """Tier marked as the cluster's default StorageClass; unset leaves the cluster default alone."""
 
     def problems(self) -> list[Problem]:
@@ -59,6 +64,8 @@ class TierClass:
     binding_mode: Literal["Immediate", "WaitForFirstConsumer"] = "Immediate"
     allow_expansion: bool = True
     mount_options: Sequence[str] = ()
+    snapshot_class: str | None = None
+    """The VolumeSnapshotClass of the class's CSI driver, when the platform makes one."""
     depends_on: Sequence[pulumi.Resource] = field(default_factory=list)
     """Resources the class needs first (the CSI driver, the pool or filesystem it names)."""
 
@@ -107,12 +114,14 @@ class StorageTiers(pulumi.ComponentResource):
             }
             if s.default_tier == tier:
                 annotations["storageclass.kubernetes.io/is-default-class"] = "true"
+            if spec.snapshot_class:
+                annotations["ai-storage-platform/snapshot-class"] = spec.snapshot_class
             sc = k8s.storage.v1.StorageClass(
                 f"{name}-{tier}",
                 metadata={"name": class_name(s, tier), "annotations": annotations},
                 provisioner=spec.provisioner,
                 parameters=dict(spec.parameters),
-                reclaim_policy=RECLAIM[tier],
+                reclaim_policy=s.block_reclaim_policy if tier == "block" else RECLAIM[tier],
                 volume_binding_mode=spec.binding_mode,
                 allow_volume_expansion=spec.allow_expansion,
                 mount_options=list(spec.mount_options) or None,

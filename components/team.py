@@ -1,13 +1,11 @@
 """TeamWorkspace: what a team adds to a cluster where the platform is already installed.
 
-A namespace, a Volcano Queue, a dataset on the cold tier (a cold-tier claim, or a Fluid Dataset with a
-JuiceFSRuntime over the platform's JuiceFS volume), a checkpoint-tier claim, and optionally a Kubeflow
-Trainer v2 TrainJob. The TrainJob names a ClusterTrainingRuntime the platform installed and patches its
-``node`` pods through ``spec.runtimePatches``: the team's queue, the dataset read-only at ``/data``, the
-checkpoint claim at ``/checkpoints``, and a non-root security context so the namespace can enforce the
-restricted Pod Security Standard. A Fluid dataset needs a privileged namespace: Fluid runs the runtime's FUSE
-pods (privileged) in the dataset's namespace. Nothing here installs a chart: Volcano, Fluid and the Trainer
-are the platform's.
+A namespace with storage quotas per tier and container defaults (``quotas``), a Volcano Queue, a dataset on
+the cold tier (a cold-tier claim, or a Fluid Dataset with a JuiceFSRuntime over the platform's JuiceFS
+volume), a checkpoint-tier claim with scheduled snapshots and offsite copies (``checkpoints``), and a training
+job: a Kubeflow TrainJob or a Volcano Job (``jobs``). A Fluid dataset needs a privileged namespace: Fluid runs
+the runtime's FUSE pods (privileged) in the dataset's namespace. Nothing here installs a chart: Volcano,
+Fluid and the Trainer are the platform's.
 """
 
 from __future__ import annotations
@@ -21,14 +19,15 @@ import pulumi_kubernetes as k8s
 from pydantic import Field
 
 from . import kube, training, volcano
+from .checkpoints import CheckpointProtection, OffsiteTarget, protect_checkpoints
 from .fluid_dataset import DatasetCache, DatasetSettings, credentials
 from .fluid_dataset import dataset as fluid_dataset
+from .jobs import JobSettings, train_job_spec, volcano_job_spec
 from .juicefs import JuiceFSSource
+from .quotas import QuotaSettings, limit_range_spec, over_quota, quota_spec
 from .section import DnsLabel, Problem, Quantity, Section, validate
-from .storage_tiers import NAME_PREFIX
-
-PATCH_MANAGER = "ai-storage-platform/team-workspace"
-"""Owner of the TrainJob's runtime patch (a domain-prefixed path, as the Trainer requires)."""
+from .settings import load_profile, merge
+from .storage_tiers import NAME_PREFIX, Tier
 
 
 class TeamDatasetSettings(Section):
@@ -44,27 +43,6 @@ class TeamDatasetSettings(Section):
     """Directory in the JuiceFS volume, cache workers, cache levels and pre-warm (`source: fluid`)."""
 
 
-class TrainJobSettings(Section):
-    """A Kubeflow Trainer v2 TrainJob on a ClusterTrainingRuntime the platform installed."""
-
-    enabled: bool = True
-    """Create the TrainJob."""
-    name: str = Field("train", pattern=r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
-    """TrainJob name (an RFC 1035 label: starts with a letter)."""
-    runtime: DnsLabel = "torch-distributed"
-    """ClusterTrainingRuntime to run on (one of the platform's `training.runtimes`)."""
-    image: str | None = Field(None, pattern=training.PINNED_IMAGE)
-    """Trainer image, pinned by tag or digest; unset uses the runtime's."""
-    command: list[str] = []
-    """Entrypoint of the trainer container; empty uses the runtime's."""
-    args: list[str] = []
-    """Arguments of the trainer container."""
-    num_nodes: int | None = Field(None, ge=1, le=4096)
-    """Training nodes (pods); unset uses the runtime's."""
-    resources_per_node: volcano.QueueResources | None = None
-    """CPU, memory and GPUs each node is limited to (and requests)."""
-
-
 class WorkspaceSettings(Section):
     """The team's namespace and how its pods and claims are guarded."""
 
@@ -78,10 +56,12 @@ class WorkspaceSettings(Section):
     """The platform's `tiers.namePrefix`: the claims use the `<prefix>cold` and `<prefix>checkpoint` classes."""
     protect: bool = False
     """Protect and retain the dataset and checkpoint claims (a `pulumi destroy` keeps the data)."""
+    platform_stack: str | None = Field(None, pattern=r"^[^/\s]+/[^/\s]+/[^/\s]+$")
+    """The platform's stack (`org/project/stack`), whose object store takes the offsite checkpoint copies."""
 
 
-class CheckpointSettings(Section):
-    """The checkpoint-tier claim mounted at `/checkpoints`."""
+class CheckpointSettings(CheckpointProtection):
+    """The checkpoint-tier claim mounted at `/checkpoints`, its snapshots and its offsite copies."""
 
     claim: DnsLabel = "checkpoints"
     """Name of the claim."""
@@ -90,8 +70,10 @@ class CheckpointSettings(Section):
 
 
 class TeamSettings(Section):
-    """A team's workspace, by section: namespace, queue, dataset, checkpoint claim and TrainJob."""
+    """A team's workspace, by section: namespace, quotas, queue, dataset, checkpoint claim and job."""
 
+    environment: str | None = None
+    """Platform environment profile (`dev`, `staging`, `prod`) whose team defaults (`teams.quota`) apply."""
     workspace: WorkspaceSettings = WorkspaceSettings()
     """Namespace, Pod Security, pod user, StorageClass prefix and protection."""
     queue: volcano.QueueSettings = volcano.QueueSettings(name="team")
@@ -99,13 +81,15 @@ class TeamSettings(Section):
     dataset: TeamDatasetSettings = TeamDatasetSettings()
     """Dataset on the cold tier."""
     checkpoint: CheckpointSettings = CheckpointSettings()
-    """Claim on the checkpoint tier."""
-    job: TrainJobSettings = TrainJobSettings()
-    """The TrainJob."""
+    """Claim on the checkpoint tier, its snapshots and offsite copies."""
+    job: JobSettings = JobSettings()
+    """The training job (TrainJob or Volcano Job)."""
+    quota: QuotaSettings = QuotaSettings()
+    """Storage quotas per tier and container defaults of the namespace."""
 
     def problems(self) -> list[Problem]:
-        """A Fluid dataset outside a privileged namespace, and claim names used twice."""
-        found = []
+        """A Fluid dataset outside a privileged namespace, claim names used twice, claims over the quota."""
+        found = self._own_claims_over_quota()
         if self.dataset.source == "fluid" and self.workspace.pod_security != "privileged":
             found.append(
                 Problem(
@@ -127,54 +111,31 @@ class TeamSettings(Section):
             )
         return found
 
+    def _own_claims_over_quota(self) -> list[Problem]:
+        claims: dict[Tier, list[tuple[str, str]]] = {"checkpoint": [("checkpoint.size", self.checkpoint.size)]}
+        if self.dataset.source == "claim":
+            claims["cold"] = [("dataset.size", self.dataset.size)]
+        return over_quota(self.quota, claims)
+
+
+def platform_offsite(stack: str) -> OffsiteTarget:
+    """The platform's bucket, from the outputs of its stack (a StackReference; a missing output fails the update
+    with its name)."""
+    platform = pulumi.StackReference(stack)
+    return OffsiteTarget(
+        platform.require_output("objectStoreStorage"),
+        platform.require_output("objectStoreBucketUrl"),
+        platform.require_output("objectStoreAccessKey"),
+        platform.require_output("objectStoreSecretKey"),
+    )
+
 
 def load_team_settings(config: Mapping[str, Any]) -> TeamSettings:
-    """Code defaults < the project's config (one object per section); raise SettingsError on any bad value."""
-    return validate(TeamSettings, config)
-
-
-def train_job_spec(s: TeamSettings) -> dict[str, Any]:
-    """The ``spec`` of the TrainJob: the runtime by name, the trainer overrides, and a patch of the runtime's
-    ``node`` pods with the team's queue, the /data and /checkpoints claims and a non-root security context."""
-    job = s.job
-    queue = {volcano.QUEUE_ANNOTATION: s.queue.name}
-    uid = s.workspace.run_as_user
-    mounts, volumes = training.claim_volumes(s.dataset.name, s.checkpoint.claim)
-    # Training code writes caches and temporary files: the root filesystem stays writable.
-    container_security = {**kube.restricted_container(uid), "readOnlyRootFilesystem": False}
-    pod = {
-        "metadata": {"annotations": queue},
-        "spec": {
-            "securityContext": kube.restricted_pod(uid),
-            "containers": [{"name": training.NODE, "volumeMounts": mounts, "securityContext": container_security}],
-            "volumes": volumes,
-        },
-    }
-    patch = {
-        "manager": PATCH_MANAGER,
-        "trainingRuntimeSpec": {
-            "template": {
-                # The Trainer's Volcano plugin reads the PodGroup's queue from the JobSet template's annotations.
-                "metadata": {"annotations": queue},
-                "spec": {"replicatedJobs": [{"name": training.NODE, "template": {"spec": {"template": pod}}}]},
-            }
-        },
-    }
-    trainer: dict[str, Any] = {}
-    if job.image:
-        trainer["image"] = job.image
-    if job.command:
-        trainer["command"] = job.command
-    if job.args:
-        trainer["args"] = job.args
-    if job.num_nodes is not None:
-        trainer["numNodes"] = job.num_nodes
-    if job.resources_per_node:
-        trainer["resourcesPerNode"] = {"limits": job.resources_per_node.spec()}
-    spec: dict[str, Any] = {"runtimeRef": {"name": job.runtime}, "runtimePatches": [patch]}
-    if trainer:
-        spec["trainer"] = trainer
-    return spec
+    """Code defaults < the environment profile's team defaults (when `environment` is set) < the project's
+    config (one object per section); raise SettingsError on any bad value."""
+    environment = config.get("environment")
+    defaults = load_profile(environment).get("teams", {}) if isinstance(environment, str) else {}
+    return validate(TeamSettings, merge(defaults, config))
 
 
 @dataclass
@@ -184,10 +145,12 @@ class TeamWorkspaceArgs:
     settings: TeamSettings
     juicefs: JuiceFSSource | None = None
     """The platform's JuiceFS volume and its credentials (`dataset.source: fluid` only)."""
+    offsite: OffsiteTarget | None = None
+    """The platform's bucket for offsite checkpoint copies (none: no offsite copy)."""
 
 
 class TeamWorkspace(pulumi.ComponentResource):
-    """A team's namespace, Volcano Queue, cold-tier dataset, checkpoint claim and TrainJob."""
+    """A team's namespace with quotas, Volcano Queue, cold-tier dataset, protected checkpoint claim and job."""
 
     namespace: pulumi.Output[str]
     """Name of the team's namespace."""
@@ -198,7 +161,7 @@ class TeamWorkspace(pulumi.ComponentResource):
     checkpoint_claim: pulumi.Output[str]
     """Name of the claim mounted at `/checkpoints`."""
     train_job: pulumi.Output[str] | None
-    """Name of the TrainJob (None when `job.enabled` is false)."""
+    """Name of the TrainJob or Volcano Job (None when `job.enabled` is false)."""
 
     def __init__(self, name: str, args: TeamWorkspaceArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ai-storage:team:TeamWorkspace", name, None, opts)
@@ -206,6 +169,7 @@ class TeamWorkspace(pulumi.ComponentResource):
         w = s.workspace
         ns = kube.namespace(f"{name}-ns", w.namespace, w.pod_security, self)
         self.namespace = ns.metadata.name
+        self._quotas(name, s, ns)
         queue = volcano.queue(f"{name}-queue", s.queue, pulumi.ResourceOptions(parent=self))
         self.queue = queue.metadata["name"]
         dataset, self.dataset_claim = self._dataset(name, s, ns, args.juicefs)
@@ -218,17 +182,10 @@ class TeamWorkspace(pulumi.ComponentResource):
             kube.stateful(self, w.protect),
         )
         self.checkpoint_claim = checkpoints.metadata.name
-        self.train_job = None
-        if s.job.enabled:
-            job = k8s.apiextensions.CustomResource(
-                f"{name}-trainjob",
-                api_version="trainer.kubeflow.org/v1alpha1",
-                kind="TrainJob",
-                metadata={"name": s.job.name, "namespace": ns.metadata.name, "labels": kube.labels("team", "trainjob")},
-                spec=train_job_spec(s),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[queue, dataset, checkpoints]),
-            )
-            self.train_job = job.metadata["name"]
+        protect_checkpoints(
+            f"{name}-checkpoints", s.checkpoint.claim, w.namespace, s.checkpoint, args.offsite, self, [ns, checkpoints]
+        )
+        self.train_job = self._job(name, s, ns, [queue, dataset, checkpoints]) if s.job.enabled else None
         self.register_outputs(
             {
                 "namespace": self.namespace,
@@ -238,6 +195,40 @@ class TeamWorkspace(pulumi.ComponentResource):
                 "train_job": self.train_job,
             }
         )
+
+    def _quotas(self, name: str, s: TeamSettings, ns: k8s.core.v1.Namespace) -> None:
+        """The namespace's storage quotas per tier and its container defaults."""
+        labels = kube.labels("team", "quota")
+        child = pulumi.ResourceOptions(parent=self)
+        meta = {"name": "storage", "namespace": ns.metadata.name, "labels": labels}
+        k8s.core.v1.ResourceQuota(
+            f"{name}-quota", metadata=meta, spec=quota_spec(s.quota, s.workspace.tier_prefix), opts=child
+        )
+        meta = {"name": "defaults", "namespace": ns.metadata.name, "labels": labels}
+        k8s.core.v1.LimitRange(f"{name}-limits", metadata=meta, spec=limit_range_spec(s.quota), opts=child)
+
+    def _job(
+        self, name: str, s: TeamSettings, ns: k8s.core.v1.Namespace, after: list[pulumi.Resource]
+    ) -> pulumi.Output[str]:
+        """The training job: a TrainJob on a platform runtime, or a Volcano Job."""
+        uid, claims = s.workspace.run_as_user, (s.dataset.name, s.checkpoint.claim)
+        if s.job.kind == "volcano":
+            api, kind, spec = "batch.volcano.sh/v1alpha1", "Job", volcano_job_spec(s.job, s.queue.name, uid, *claims)
+        else:
+            api, kind, spec = (
+                "trainer.kubeflow.org/v1alpha1",
+                "TrainJob",
+                train_job_spec(s.job, s.queue.name, uid, *claims),
+            )
+        job = k8s.apiextensions.CustomResource(
+            f"{name}-trainjob" if kind == "TrainJob" else f"{name}-volcano-job",
+            api_version=api,
+            kind=kind,
+            metadata={"name": s.job.name, "namespace": ns.metadata.name, "labels": kube.labels("team", kind.lower())},
+            spec=spec,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=after),
+        )
+        return job.metadata["name"]
 
     def _dataset(
         self, name: str, s: TeamSettings, ns: k8s.core.v1.Namespace, juicefs: JuiceFSSource | None

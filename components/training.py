@@ -26,6 +26,7 @@ import pulumi_kubernetes as k8s
 from pydantic import Field
 
 from . import kube, versions
+from .checkpoints import CheckpointProtection, OffsiteTarget, protect_checkpoints
 from .section import DnsLabel, Problem, Quantity, Section
 from .volcano import QUEUE_ANNOTATION, SCHEDULER_NAME
 
@@ -222,6 +223,10 @@ class TrainingArgs:
     """Fluid datasets in the workload namespace whose cache nodes pods must run on (data affinity)."""
     protect: bool = False
     """Protect and retain the checkpoint claim."""
+    protection: CheckpointProtection | None = None
+    """Snapshots and offsite copies of the checkpoint claim (none: neither)."""
+    offsite: OffsiteTarget | None = None
+    """The bucket offsite copies go to."""
 
 
 class Training(pulumi.ComponentResource):
@@ -248,6 +253,16 @@ class Training(pulumi.ComponentResource):
             kube.stateful(self, args.protect),
         )
         self.checkpoint_claim = claim.metadata.name
+        if args.protection is not None:
+            protect_checkpoints(
+                f"{name}-checkpoints",
+                s.checkpoint_claim,
+                s.workload_namespace,
+                args.protection,
+                args.offsite,
+                self,
+                [workloads, claim],
+            )
         self.runtimes = []
         if s.operator == "trainer-v2":
             operator = self._trainer_v2(name, s, args.volcano)

@@ -38,6 +38,13 @@ KUBEFLOW_TRAINER = ChartPin("kubeflow-trainer", "2.3.0", "oci://ghcr.io/kubeflow
 TRAINING_OPERATOR_V1_KUSTOMIZE = "https://github.com/kubeflow/trainer/tree/v1.9.4/manifests/overlays/standalone"
 TRAINING_OPERATOR_V1_IMAGE = "ghcr.io/kubeflow/training-v1/training-operator:v1-93c5489"
 
+# CSI snapshot CRDs and snapshot-controller (external-snapshotter has no chart): the upstream kustomize
+# directories at a pinned tag; the controller image is the one that tag's manifests name.
+EXTERNAL_SNAPSHOTTER_CRDS = "https://github.com/kubernetes-csi/external-snapshotter/tree/v8.6.0/client/config/crd"
+EXTERNAL_SNAPSHOTTER_CONTROLLER = (
+    "https://github.com/kubernetes-csi/external-snapshotter/tree/v8.6.0/deploy/kubernetes/snapshot-controller"
+)
+
 # MinIO community edition is frozen: no images are published after October 2025 and the Docker Hub
 # repositories were removed in September 2026. These are the last published images, from quay.io.
 MINIO_IMAGE = "quay.io/minio/minio:RELEASE.2025-09-07T16-13-09Z"
@@ -55,5 +62,7 @@ FIO_IMAGE = "ghcr.io/kastenhq/kubestr:v0.4.49"
 # Images the charts above run, set explicitly so a chart default can never float.
 VOLCANO_IMAGE_TAG = "v1.15.1"
 TRAINER_IMAGE_TAG = "v2.3.0"
+# The checkpoint snapshot job: the official Python image (the job uses the standard library only).
+PYTHON_IMAGE = "docker.io/library/python:3.13.9-slim"
 # Default trainer image of the ClusterTrainingRuntimes (the one upstream's torch-distributed runtime uses).
 TORCH_RUNTIME_IMAGE = "docker.io/pytorch/pytorch:2.10.0-cuda12.8-cudnn9-runtime"

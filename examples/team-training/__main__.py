@@ -6,10 +6,12 @@ Volcano Queue, cold-tier dataset claim, checkpoint claim and TrainJob, and expor
 
 import pulumi
 from ai_storage_platform.settings import stack_config
-from ai_storage_platform.team import TeamWorkspace, TeamWorkspaceArgs, load_team_settings
+from ai_storage_platform.team import TeamWorkspace, TeamWorkspaceArgs, load_team_settings, platform_offsite
 
 settings = load_team_settings(stack_config())
-workspace = TeamWorkspace("vision", TeamWorkspaceArgs(settings))
+platform = settings.workspace.platform_stack
+offsite = platform_offsite(platform) if platform else None
+workspace = TeamWorkspace(settings.workspace.namespace, TeamWorkspaceArgs(settings, offsite=offsite))
 
 pulumi.export("namespace", workspace.namespace)
 pulumi.export("queue", workspace.queue)

@@ -269,7 +269,7 @@ def test_the_cli_refuses_to_move_a_protected_stack_off_its_engine(tmp_path, caps
     previous = tmp_path / "outputs.json"
     previous.write_text('{"metadataService": "redis.juicefs-meta.svc.cluster.local"}')  # deployed before: one Redis
     out = tmp_path / "out"
-    assert main(["render", "--stack", "prod", "--previous-outputs", str(previous), "--out", str(out)]) == 2
+    assert main(["render", "--stack", "prod", "--stack-outputs", str(previous), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "metadata.engine: expected standalone" in err and "metadata.migratedFrom: standalone" in err
     assert "Traceback" not in err and not out.exists()

@@ -20,9 +20,10 @@ def access_mode(sc):
 
 
 @pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
-def test_every_stack_has_four_tier_classes(render_stack, stack):
+def test_every_stack_has_five_tier_classes(render_stack, stack):
     result, _ = render_stack(stack)
     assert sorted(sc["metadata"]["name"] for sc in objects(result, "StorageClass")) == [
+        "block",
         "checkpoint",
         "cold",
         "hot",

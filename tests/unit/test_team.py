@@ -3,6 +3,7 @@ claims and a TrainJob that patches the runtime's pods; a Fluid dataset reuses th
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,8 +13,9 @@ import yaml
 
 from components import render
 from components.__main__ import main
+from components.jobs import PATCH_MANAGER
 from components.settings import SettingsError
-from components.team import PATCH_MANAGER, load_team_settings
+from components.team import load_team_settings
 from tests.conformance.upstream import validate_object
 from tests.conftest import Render, by_name, objects, stack_file
 
@@ -30,12 +32,19 @@ def as_installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     sys.path.remove(str(path))
 
 
+@pytest.fixture(scope="session")
+def platform_outputs() -> dict:
+    """The outputs of the platform's dev stack, which the example reads through a StackReference."""
+    return render.rendering("dev", render.run("dev")).outputs
+
+
 @pytest.fixture
-def render_team(tmp_path: Path, as_installed: None) -> Render:
+def render_team(tmp_path: Path, as_installed: None, platform_outputs: dict) -> Render:
     """``render_team(dataset={"size": "1Ti"})``: the example's dev stack with config overrides."""
 
     def run(**overrides: object) -> tuple[render.Rendering, render.RecordingMonitor]:
-        monitor = render.run("dev", stack_file(tmp_path, "dev", overrides, EXAMPLE), EXAMPLE)
+        config = stack_file(tmp_path, "dev", overrides, EXAMPLE)
+        monitor = render.run("dev", config, EXAMPLE, platform_outputs)
         return render.rendering("dev", monitor), monitor
 
     return run
@@ -84,7 +93,19 @@ def test_dataset_and_checkpoint_claims_are_rwx_on_the_cold_and_checkpoint_tiers(
 def test_every_object_of_the_example_conforms_to_upstream_schemas(render_team):
     result, _ = render_team()
     rendered = [o for objs in result.manifests.values() for o in objs]
-    assert {o["kind"] for o in rendered} == {"Namespace", "Queue", "PersistentVolumeClaim", "TrainJob"}
+    assert {o["kind"] for o in rendered} == {
+        "Namespace",
+        "ResourceQuota",
+        "LimitRange",
+        "Queue",
+        "PersistentVolumeClaim",
+        "TrainJob",
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "CronJob",
+        "Secret",
+    }
     for obj in rendered:
         assert validate_object(obj, "1.33") == [], obj["kind"]
 
@@ -211,11 +232,14 @@ def test_bad_values_name_the_key(config, key, expected):
     assert f"  - {key}: " in str(err.value) and expected in str(err.value)
 
 
-def test_cli_renders_the_example_and_exits_2_on_a_bad_value(tmp_path, capsys, as_installed):
-    assert main(["render", "--stack", "dev", "--project-dir", str(EXAMPLE), "--out", str(tmp_path / "ok")]) == 0
+def test_cli_renders_the_example_and_exits_2_on_a_bad_value(tmp_path, capsys, as_installed, platform_outputs):
+    outputs = tmp_path / "platform-outputs.json"
+    outputs.write_text(json.dumps(platform_outputs))
+    example = ["--project-dir", str(EXAMPLE), "--stack-outputs", str(outputs)]
+    assert main(["render", "--stack", "dev", *example, "--out", str(tmp_path / "ok")]) == 0
     assert (tmp_path / "ok" / "manifests" / "vision.yaml").is_file()
     bad = stack_file(tmp_path, "dev", {"job": {"name": "ResNet"}}, EXAMPLE)
-    args = ["render", "--stack", "dev", "--project-dir", str(EXAMPLE), "--config-file", str(bad)]
+    args = ["render", "--stack", "dev", *example, "--config-file", str(bad)]
     assert main([*args, "--out", str(tmp_path / "bad")]) == 2
     assert "job.name: expected text matching" in capsys.readouterr().err
 

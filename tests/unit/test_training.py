@@ -81,7 +81,7 @@ def test_v1_operator_is_the_pinned_overlay_after_volcano(render_stack):
     result, _ = render_stack("dev", training={"operator": "training-operator-v1", "runtimes": []})
     assert not objects(result, "ClusterTrainingRuntime")
     assert not [c for c in result.charts if c["chart"] == "kubeflow-trainer"]
-    directory = next(r for r in result.plan["resources"] if r["type"] == "kubernetes:kustomize/v2:Directory")
+    directory = next(r for r in result.plan["resources"] if r["name"] == "ai-storage-training-training-operator-v1")
     assert directory["inputs"]["directory"] == versions.TRAINING_OPERATOR_V1_KUSTOMIZE
     assert "v1.9.4" in directory["inputs"]["directory"]
     assert "ai-storage-volcano-release" in directory["dependsOn"]
