@@ -149,7 +149,7 @@ def offsite_script(sync_flags: list[str]) -> str:
             "failed=0",
             'for dir in "$CHECKPOINTS"/step-*/; do',
             '  name="$(basename "$dir")"',
-            f'  if [ ! -f "$dir{MARKER}" ]; then',
+            f'  if [ ! -f "${{dir}}{MARKER}" ]; then',
             f'    echo "skip $name: no {MARKER} marker (in flight or incomplete)"; continue',
             "  fi",
             f'  if {sync} --exclude {MARKER} "$dir" "$DESTINATION$name/" &&',

@@ -22,8 +22,9 @@ def generated_config(stack: str = "dev") -> dict:
     """The data-path config the platform generates for ``stack``, taken from a real offline run of the
     program: the Redis config Secret, the JuiceFS volume Secret and the cold-tier StorageClass.
 
-    Returns ``{"redis_conf": str, "volume_secret": dict[str, str], "mount_options": list[str]}``; the
-    passwords are the mock engine's stand-ins for pulumi-random's.
+    Returns ``{"redis_conf": str, "volume_secret": dict[str, str], "mount_options": list[str],
+    "offsite_script": str, "offsite_env": dict[str, str]}`` (the last two: the offsite checkpoint copy of the
+    platform's checkpoint claim); the passwords are the mock engine's stand-ins for pulumi-random's.
     """
     from components import mock_engine, render
 
@@ -32,10 +33,14 @@ def generated_config(stack: str = "dev") -> dict:
     def revealed(value):  # the engine's wire form of a secret: {<signature key>: <secret signature>, "value": ...}
         return value.get("value", value) if mock_engine.SECRET_SIGNATURE in value.values() else value
 
+    offsite = state["ai-storage-training-checkpoints-offsite"]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    copy = offsite["containers"][0]
     return {
         "redis_conf": revealed(state["ai-storage-metadata-config"]["stringData"])["redis.conf"],
         "volume_secret": dict(revealed(state["ai-storage-juicefs-volume"]["stringData"])),
         "mount_options": list(state["ai-storage-tiers-cold"]["mountOptions"]),
+        "offsite_script": copy["command"][-1],
+        "offsite_env": {e["name"]: e["value"] for e in copy["env"]},
     }
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from components import rook_ceph
+from components import rook_ceph, versions
 from components.__main__ import main
-from components.rook_ceph import RookCephSettings
+from components.ceph import RookCephSettings
 from components.settings import SettingsError, load_settings
-from tests.conformance.upstream import UPSTREAM
+from tests.conformance.upstream import UPSTREAM, validate_custom_resource
 from tests.conftest import by_name, objects
 
 RECOMMENDED = UPSTREAM / "rook-ceph/ceph-csi-drivers/rook-recommended/values.yaml"
@@ -231,3 +231,57 @@ def test_prod_and_staging_profiles_are_durable_without_any_opt_in():
         ceph = load_settings(stack, {}).rook_ceph
         assert (ceph.replica_size, ceph.min_size, ceph.failure_domain, ceph.mon_count) == (3, 2, "host", 3)
         assert not (ceph.accept_data_loss_risk or ceph.allow_even_mon_count or ceph.accept_data_destruction_on_delete)
+
+
+# ---------------------------------------------------------------- block tier and snapshot classes (built alone)
+
+
+def ceph(**settings: object) -> None:
+    from components.rook_ceph import RookCeph, RookCephArgs
+    from components.storage_tiers import StorageTiers, StorageTiersArgs, TiersSettings
+
+    built = RookCeph("ceph", RookCephArgs(RookCephSettings(**settings)))
+    tiers = TiersSettings(hot="none", cold="none")
+    StorageTiers("tiers", StorageTiersArgs(tiers, {"cephfs": built, "rbd": built.block}))
+
+
+def test_the_block_tier_is_rwo_rbd_from_the_platform_pool_and_expandable(build):
+    result, _ = build(lambda: ceph(block_pool="fastpool"))
+    block = by_name(result, "StorageClass", "block")
+    assert block["provisioner"] == "rook-ceph.rbd.csi.ceph.com"
+    assert block["parameters"]["pool"] == "fastpool" and block["parameters"]["clusterID"] == "rook-ceph"
+    assert block["parameters"]["csi.storage.k8s.io/node-stage-secret-name"] == "rook-csi-rbd-node"
+    assert block["allowVolumeExpansion"] is True and block["reclaimPolicy"] == "Delete"
+    assert block["metadata"]["annotations"]["ai-storage-platform/access-mode"] == "ReadWriteOnce"
+
+
+def test_each_ceph_driver_gets_a_default_snapshot_class_and_the_tiers_name_theirs(build):
+    result, _ = build(ceph)
+    classes = {o["driver"]: o for o in objects(result, "VolumeSnapshotClass")}
+    assert set(classes) == {"rook-ceph.rbd.csi.ceph.com", "rook-ceph.cephfs.csi.ceph.com"}
+    for obj in classes.values():
+        assert obj["metadata"]["annotations"]["snapshot.storage.kubernetes.io/is-default-class"] == "true"
+        assert obj["deletionPolicy"] == "Delete"
+        assert validate_custom_resource(obj) == []
+    rbd = classes["rook-ceph.rbd.csi.ceph.com"]["parameters"]
+    assert rbd["csi.storage.k8s.io/snapshotter-secret-name"] == "rook-csi-rbd-provisioner"
+    annotations = {sc["metadata"]["name"]: sc["metadata"]["annotations"] for sc in objects(result, "StorageClass")}
+    assert annotations["checkpoint"]["ai-storage-platform/snapshot-class"] == "ceph-filesystem"
+    assert annotations["block"]["ai-storage-platform/snapshot-class"] == "ceph-block"
+
+
+def test_the_snapshot_controller_is_installed_unless_the_cluster_has_one(build):
+    _, monitor = build(ceph)
+    installed = {r.inputs["directory"] for r in monitor.registrations if r.type == "kubernetes:kustomize/v2:Directory"}
+    assert installed == {versions.EXTERNAL_SNAPSHOTTER_CRDS, versions.EXTERNAL_SNAPSHOTTER_CONTROLLER}
+    _, monitor = build(lambda: ceph(snapshot_controller="existing"))
+    assert not [r for r in monitor.registrations if r.type == "kubernetes:kustomize/v2:Directory"]
+    result, _ = build(lambda: ceph(snapshot_classes=False))
+    assert not objects(result, "VolumeSnapshotClass")
+
+
+def test_platform_checkpoint_snapshots_need_a_ceph_checkpoint_tier():
+    with pytest.raises(SettingsError) as caught:
+        load_settings("dev", {"tiers": {"checkpoint": "juicefs"}})
+    assert "checkpoints.snapshots.enabled: expected the checkpoint tier on cephfs" in str(caught.value)
+    assert load_settings("dev", {"tiers": {"checkpoint": "juicefs"}, "checkpoints": {"snapshots": {"enabled": False}}})

@@ -90,3 +90,19 @@ def test_a_tier_on_a_disabled_backend_is_a_config_error():
     with pytest.raises(SettingsError) as caught:
         load_settings("dev", {"localNvme": {"enabled": False}})
     assert "tiers.hot:" in str(caught.value)
+
+
+def test_the_block_tier_reclaim_policy_comes_from_settings(build):
+    from components.rook_ceph import CephBlock
+    from components.storage_tiers import StorageTiers, StorageTiersArgs, TiersSettings
+
+    for policy in ("Delete", "Retain"):
+        settings = TiersSettings(hot="none", warm="none", cold="none", checkpoint="none", block_reclaim_policy=policy)
+        result, _ = build(
+            lambda settings=settings: StorageTiers(
+                "t", StorageTiersArgs(settings, {"rbd": CephBlock("ceph", "p", None, [])})
+            )
+        )
+        assert [(sc["metadata"]["name"], sc["reclaimPolicy"]) for sc in objects(result, "StorageClass")] == [
+            ("block", policy)
+        ]

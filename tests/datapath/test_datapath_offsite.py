@@ -1,0 +1,106 @@
+"""Offsite checkpoint copy rehearsal on the real binaries: the generated CronJob script runs `juicefs sync` to the
+S3 endpoint while a writer is midway through another checkpoint; only the complete one is copied, and it
+restores byte-identical into an empty directory."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import checkpoint
+import harness
+
+SHARDS, SHARD_BYTES = 4, 1024 * 1024
+
+
+def digests(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def keys(s3: harness.S3Handle, prefix: str) -> list[str]:
+    pages = s3.client().get_paginator("list_objects_v2").paginate(Bucket=s3.bucket, Prefix=prefix)
+    return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+
+
+def test_only_complete_checkpoints_go_offsite_and_restore_identical(stack, generated, tmp_path):
+    root = tmp_path / "checkpoints"
+    shards = [os.urandom(SHARD_BYTES) for _ in range(SHARDS)]
+    done = checkpoint.write_checkpoint(root, 10, shards)
+    expected = digests(done)
+
+    # A writer midway through step 20: two shards written, then it stalls (the test kills it afterwards).
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            str(Path(checkpoint.__file__)),
+            "write",
+            "--root",
+            str(root),
+            "--step",
+            "20",
+            "--shards",
+            "4",
+            "--shard-mib",
+            "1",
+            "--stall-after",
+            "2",
+            "--stall-seconds",
+            "120",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline, seen = time.monotonic() + 30, []
+        while sum(line.startswith("wrote shard") for line in seen) < 2 or not any("stalled" in s for s in seen):
+            seen.append(writer.stdout.readline())
+            assert seen[-1] and time.monotonic() < deadline, f"the writer never reached its stall point: {seen}"
+        in_flight = [p for p in root.iterdir() if p.name.startswith(".step-00000020.tmp-")]
+        assert in_flight and len(list(in_flight[0].iterdir())) == 2
+
+        # The generated script, run as the CronJob runs it; only the endpoint of DESTINATION changes.
+        env = generated["offsite_env"]
+        destination = harness.replace_hostport(env["DESTINATION"], f"{harness.LOOPBACK}:{stack.s3.port}")
+        secrets = tmp_path / "object-store"
+        secrets.mkdir()
+        (secrets / "access-key").write_text(stack.secret["access-key"])
+        (secrets / "secret-key").write_text(stack.secret["secret-key"])
+        path = f"{Path(harness.find_binary('juicefs')).parent}:{os.environ['PATH']}"  # juicefs as in the image
+        run = subprocess.run(
+            ["/bin/sh", "-c", generated["offsite_script"]],
+            env=harness.subprocess_env(
+                CHECKPOINTS=f"{root}/", DESTINATION=destination, SECRETS=str(secrets), HOME=str(tmp_path), PATH=path
+            ),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert "copied step-00000010" in run.stdout
+    finally:
+        writer.kill()
+        writer.wait(timeout=30)
+
+    prefix = destination.split(f"/{stack.s3.bucket}/", 1)[1]
+    copied = keys(stack.s3, prefix)
+    assert copied and all(k.startswith(f"{prefix}step-00000010/") for k in copied)  # nothing of step 20
+    assert f"{prefix}step-00000010/{checkpoint.MARKER}" in copied
+
+    restored = tmp_path / "restored"
+    restored.mkdir()
+    harness.run_juicefs(
+        ["sync", "--no-https", f"{destination}step-00000010/", f"{restored}/"],
+        env=harness.subprocess_env(
+            AWS_ACCESS_KEY_ID=stack.secret["access-key"], AWS_SECRET_ACCESS_KEY=stack.secret["secret-key"]
+        ),
+    )
+    assert digests(restored) == expected
+    assert checkpoint.verify(restored)

@@ -1,0 +1,56 @@
+"""A team's job: a TrainJob on a platform runtime, or a Volcano Job that restarts whole when a pod is lost."""
+
+from __future__ import annotations
+
+import pytest
+
+from components.jobs import JobSettings, volcano_job_spec
+from components.section import SettingsError
+from components.team import load_team_settings
+from tests.conformance.upstream import validate_custom_resource
+
+IMAGE = "ghcr.io/example/trainer:1.0.0"
+
+
+def volcano_job(**job: object) -> dict:
+    spec = volcano_job_spec(JobSettings(kind="volcano", image=IMAGE, **job), "vision", 10001, "data", "ckpt")
+    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "train"}, "spec": spec}
+
+
+def test_a_volcano_job_is_gang_scheduled_in_the_team_queue_and_restarts_whole():
+    job = volcano_job(num_nodes=4, command=["torchrun"], max_retry=5)
+    spec = job["spec"]
+    assert (spec["schedulerName"], spec["queue"], spec["minAvailable"], spec["maxRetry"]) == ("volcano", "vision", 4, 5)
+    assert {(p["event"], p["action"]) for p in spec["policies"]} == {
+        ("PodEvicted", "RestartJob"),
+        ("PodFailed", "RestartJob"),
+    }
+    assert spec["plugins"] == {"ssh": [], "svc": []}
+    (task,) = spec["tasks"]
+    assert task["replicas"] == 4
+    pod = task["template"]["spec"]
+    assert pod["restartPolicy"] == "Never" and pod["securityContext"]["runAsNonRoot"] is True
+    mounts = {m["mountPath"]: m.get("readOnly", False) for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts == {"/data": True, "/checkpoints": False}
+    assert validate_custom_resource(job) == []  # against Volcano's upstream CRD
+
+
+def test_a_smaller_gang_can_start_first():
+    assert volcano_job(num_nodes=4, min_available=2)["spec"]["minAvailable"] == 2
+
+
+@pytest.mark.parametrize(
+    ("job", "key", "expected"),
+    [
+        ({"kind": "volcano"}, "job.image", "expected an image with kind: volcano"),
+        ({"kind": "volcano", "image": IMAGE, "numNodes": 2, "minAvailable": 3}, "job.minAvailable", "at most numNodes"),
+        ({"kind": "slurm"}, "job.kind", "expected one of 'trainjob', 'volcano'"),
+        ({"plugins": ["mpi"]}, "job.plugins[0]", "expected one of"),
+        ({"maxRetry": -1}, "job.maxRetry", ">= 0"),
+    ],
+)
+def test_bad_job_settings_are_rejected_with_key_and_hint(job, key, expected):
+    with pytest.raises(SettingsError) as caught:
+        load_team_settings({"job": job})
+    message = str(caught.value)
+    assert f"{key}:" in message and expected in message and "Hint:" in message
