@@ -100,16 +100,24 @@ class LocalNVMeSettings(Section):
         return next(c for c in self.device_classes if c.default)
 
 
-def chart_values(s: LocalNVMeSettings) -> dict[str, Any]:
-    """Helm values of the topolvm release."""
+def chart_values(s: LocalNVMeSettings, monitoring_labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """Helm values of the topolvm release (with ``monitoring_labels``, the chart's PodMonitors, so labelled)."""
+    monitors: dict[str, Any] = {}
+    if monitoring_labels is not None:
+        monitors = {"prometheus": {"podMonitor": {"enabled": True, "additionalLabels": dict(monitoring_labels)}}}
     return {
         "lvmd": {
             "managed": True,
             "deviceClasses": [c.lvmd() for c in s.device_classes],
             "nodeSelector": dict(s.node_selector),
+            **monitors,
         },
-        "node": {"nodeSelector": dict(s.node_selector)},
-        "controller": {"replicaCount": s.controller_replicas, "storageCapacityTracking": {"enabled": True}},
+        "node": {"nodeSelector": dict(s.node_selector), **monitors},
+        "controller": {
+            "replicaCount": s.controller_replicas,
+            "storageCapacityTracking": {"enabled": True},
+            **monitors,
+        },
         "scheduler": {"enabled": False},
         "webhook": {
             "podMutatingWebhook": {"enabled": s.pod_mutating_webhook, "ignoreNamespaces": ["kube-system", s.namespace]}
@@ -131,6 +139,8 @@ class LocalNVMeArgs:
     """Inputs of LocalNVMe."""
 
     settings: LocalNVMeSettings
+    monitoring_labels: dict[str, str] | None = None
+    """Turn on the chart's PodMonitors (lvmd, node, controller) with these labels."""
 
 
 class LocalNVMe(pulumi.ComponentResource):
@@ -150,7 +160,9 @@ class LocalNVMe(pulumi.ComponentResource):
             after.append(kube.release(f"{name}-cert-manager", pin, cm_ns.metadata.name, cert_manager_values(), self))
         ns = kube.namespace(f"{name}-ns", s.namespace, "privileged", self)
         pin = versions.TOPOLVM
-        self._topolvm = kube.release(f"{name}-topolvm", pin, ns.metadata.name, chart_values(s), self, depends_on=after)
+        self._topolvm = kube.release(
+            f"{name}-topolvm", pin, ns.metadata.name, chart_values(s, args.monitoring_labels), self, depends_on=after
+        )
         self.device_classes = [c.name for c in s.device_classes]
         self.register_outputs({"device_classes": self.device_classes})
 

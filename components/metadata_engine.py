@@ -23,9 +23,20 @@ import pulumi_random as random
 
 from . import kube
 from .elasticache import ElastiCacheSettings, elasticache_engine
-from .redis import PORT, MetadataEndpoint, RedisSettings, data_container, durability_flags, redis_conf
+from .redis import (
+    EXPORTER_PASSWORDS,
+    EXPORTER_PORT,
+    PORT,
+    MetadataEndpoint,
+    RedisSettings,
+    data_container,
+    durability_flags,
+    exporter_container,
+    exporter_passwords,
+    redis_conf,
+)
 from .redis_sentinel import SentinelSettings, sentinel_engine
-from .section import DnsLabel, Problem, SettingsError
+from .section import DnsLabel, Problem, Resources, SettingsError
 
 Engine = Literal["standalone", "sentinel", "elasticache"]
 RUNBOOK = "docs/runbook.md#move-the-metadata-to-another-engine"
@@ -97,31 +108,41 @@ class MetadataSettings(RedisSettings):
         ]
 
 
-def statefulset_spec(s: MetadataSettings, labels: dict[str, str]) -> dict[str, Any]:
+def statefulset_spec(s: MetadataSettings, labels: dict[str, str], exporter: Resources | None = None) -> dict[str, Any]:
     """The standalone Redis StatefulSet's ``spec``: one server with the config Secret's redis.conf, the
-    durability flags on its command line, ping probes and a data volume."""
-    redis = data_container(s, ["redis-server", "/etc/redis/redis.conf", *durability_flags()])
+    durability flags on its command line, ping probes and a data volume (and a redis_exporter with ``exporter``)."""
+    containers = [data_container(s, ["redis-server", "/etc/redis/redis.conf", *durability_flags()])]
+    if exporter:
+        containers.append(exporter_container(exporter, PORT))
     config = {"name": "config", "secret": {"secretName": "redis-config"}}
     return {
         "serviceName": "redis",
         "replicas": 1,
         "selector": {"matchLabels": labels},
-        "template": kube.pod_template(labels, [redis], [config], terminationGracePeriodSeconds=60),
+        "template": kube.pod_template(labels, containers, [config], terminationGracePeriodSeconds=60),
         "volumeClaimTemplates": [kube.data_claim_template(s.storage_size, s.storage_class)],
     }
 
 
 def standalone_engine(
-    name: str, s: MetadataSettings, ns: k8s.core.v1.Namespace, protect: bool, parent: pulumi.Resource
+    name: str,
+    s: MetadataSettings,
+    ns: k8s.core.v1.Namespace,
+    protect: bool,
+    parent: pulumi.Resource,
+    exporter: Resources | None = None,
 ) -> MetadataEndpoint:
     """One Redis server with a password, AOF persistence and a data volume, behind the `redis` Service."""
     child = pulumi.ResourceOptions(parent=parent)
     password = random.RandomPassword(f"{name}-password", length=40, special=False, opts=child)
+    data = {"redis.conf": password.result.apply(lambda p: redis_conf(s, p)), "password": password.result}
+    if exporter:
+        data[EXPORTER_PASSWORDS] = password.result.apply(lambda p: exporter_passwords(p, PORT))
     config = k8s.core.v1.Secret(
         f"{name}-config",
         metadata={"name": "redis-config", "namespace": ns.metadata.name},
         type="Opaque",
-        string_data={"redis.conf": password.result.apply(lambda p: redis_conf(s, p)), "password": password.result},
+        string_data=data,
         opts=child,
     )
     labels = kube.labels("redis", "metadata-engine")
@@ -131,11 +152,12 @@ def standalone_engine(
         spec={"selector": labels, "ports": [{"name": "redis", "port": PORT, "targetPort": PORT}]},
         opts=child,
     )
-    policy = kube.ingress_policy(f"{name}-network-policy", ns.metadata.name, labels, [PORT], parent)
+    ports = [PORT, EXPORTER_PORT] if exporter else [PORT]
+    policy = kube.ingress_policy(f"{name}-network-policy", ns.metadata.name, labels, ports, parent)
     k8s.apps.v1.StatefulSet(
         f"{name}-redis",
         metadata=kube.workload_metadata("redis", ns.metadata.name, s.resources, labels),
-        spec=statefulset_spec(s, labels),
+        spec=statefulset_spec(s, labels, exporter),
         opts=kube.stateful(parent, protect, depends_on=[config, service, policy]),
     )
     host = pulumi.Output.concat("redis.", ns.metadata.name, ".svc.cluster.local")
@@ -175,6 +197,8 @@ class MetadataEngineArgs:
     previous_engine: pulumi.Input[str | None] = None
     """The engine the stack's last update deployed (its `metadataEngine` output); a protected stack refuses to
     change it unless `migratedFrom` names it."""
+    exporter: Resources | None = None
+    """Run a redis_exporter (metrics on port 9121) beside every Redis and Sentinel, with these resources."""
 
 
 class MetadataEngine(pulumi.ComponentResource):
@@ -201,9 +225,9 @@ class MetadataEngine(pulumi.ComponentResource):
         else:
             ns = kube.namespace(f"{name}-ns", s.namespace, "restricted", self)
             if s.engine == "standalone":
-                endpoint = standalone_engine(name, s, ns, args.protect, self)
+                endpoint = standalone_engine(name, s, ns, args.protect, self, args.exporter)
             else:
-                endpoint = sentinel_engine(name, s, s.sentinel, s.namespace, ns, args.protect, self)
+                endpoint = sentinel_engine(name, s, s.sentinel, s.namespace, ns, args.protect, self, args.exporter)
         self.host = endpoint.host
         self.url = pulumi.Output.all(guard, endpoint.url).apply(lambda both: both[1])
         self.register_outputs({"engine": self.engine, "host": self.host, "url": self.url})

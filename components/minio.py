@@ -61,8 +61,9 @@ def lifecycle(expirations: Mapping[str, int]) -> str:
     return json.dumps({"Rules": rules}, sort_keys=True)
 
 
-def statefulset_spec(m: MinioSettings, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
-    """The MinIO StatefulSet's ``spec``: one drive per server, distributed across the servers when several."""
+def statefulset_spec(m: MinioSettings, namespace: str, labels: dict[str, str], metrics: bool = False) -> dict[str, Any]:
+    """The MinIO StatefulSet's ``spec``: one drive per server, distributed across the servers when several
+    (with ``metrics``, the Prometheus endpoints need no token: they expose no data, only request counts)."""
     if m.replicas == 1:
         server_args = ["server", "/data", "--console-address", ":9001"]
     else:
@@ -78,6 +79,7 @@ def statefulset_spec(m: MinioSettings, namespace: str, labels: dict[str, str]) -
             {"name": "HOME", "value": "/tmp"},
             {"name": "MINIO_ROOT_USER_FILE", "value": f"{ROOT_DIR}/MINIO_ROOT_USER"},
             {"name": "MINIO_ROOT_PASSWORD_FILE", "value": f"{ROOT_DIR}/MINIO_ROOT_PASSWORD"},
+            *([{"name": "MINIO_PROMETHEUS_AUTH_TYPE", "value": "public"}] if metrics else []),
         ],
         ports=[{"name": "s3", "containerPort": PORT}, {"name": "console", "containerPort": 9001}],
         livenessProbe=probe,
@@ -149,6 +151,7 @@ def minio_bucket(
     protect: bool,
     expirations: Mapping[str, int],
     parent: pulumi.Resource,
+    metrics: bool = False,
 ) -> Bucket:
     """MinIO servers with generated root credentials, and a Job that creates ``bucket``."""
     child = pulumi.ResourceOptions(parent=parent)
@@ -168,7 +171,7 @@ def minio_bucket(
     statefulset = k8s.apps.v1.StatefulSet(
         f"{name}-minio",
         metadata=kube.workload_metadata("minio", ns.metadata.name, m.resources, labels),
-        spec=statefulset_spec(m, namespace, labels),
+        spec=statefulset_spec(m, namespace, labels, metrics),
         opts=kube.stateful(parent, protect, depends_on=[root, headless, policy]),
     )
     job_labels = kube.labels("minio-bucket", "object-store")

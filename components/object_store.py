@@ -51,6 +51,8 @@ class ObjectStoreArgs:
     """Key prefixes whose objects the bucket deletes after that many days (e.g. metadata backups)."""
     rgw: RgwGateway | None = None
     """The Ceph RGW gateway (backend `ceph-rgw`; RookCeph's `rgw`)."""
+    metrics: bool = False
+    """Let Prometheus read MinIO's metrics without a token (backend `minio`)."""
 
 
 class ObjectStore(pulumi.ComponentResource):
@@ -107,7 +109,9 @@ class ObjectStore(pulumi.ComponentResource):
         """The bucket of the chosen backend (``ceph-rgw`` needs RookCeph's gateway in the args)."""
         s = args.settings
         if s.backend == "minio":
-            return minio_bucket(name, s.bucket, s.minio, ns, s.namespace, args.protect, args.expirations, self)
+            return minio_bucket(
+                name, s.bucket, s.minio, ns, s.namespace, args.protect, args.expirations, self, args.metrics
+            )
         if s.backend == "s3":
             return s3_bucket(name, s.bucket, s.s3, args.protect, args.expirations, self)
         if args.rgw is None:

@@ -14,6 +14,7 @@ from .fluid import BucketSource, Fluid, FluidArgs
 from .juicefs import BACKUP_PREFIX, JuiceFS, JuiceFSArgs, JuiceFSSource
 from .local_nvme import LocalNVMe, LocalNVMeArgs
 from .metadata_engine import MetadataEngine, MetadataEngineArgs, previous_engine
+from .monitoring import Monitoring, MonitoringArgs
 from .object_store import ObjectStore, ObjectStoreArgs
 from .rook_ceph import RookCeph, RookCephArgs
 from .settings import PlatformSettings
@@ -63,24 +64,26 @@ class Platform(pulumi.ComponentResource):
         protect = s.cluster.protect_stateful_resources
         child = pulumi.ResourceOptions(parent=self)
         backends: dict[str, TierBackend] = {}
+        m = s.monitoring
+        labels = m.selector_labels if m.enabled else None
         # Rook-Ceph and TopoLVM first: the ceph-rgw object store runs on Rook-Ceph.
         self.rook_ceph = None
         if s.rook_ceph.enabled:
             rgw = s.object_store.backend == "ceph-rgw"
-            self.rook_ceph = RookCeph(f"{name}-rook-ceph", RookCephArgs(s.rook_ceph, protect, rgw), child)
+            self.rook_ceph = RookCeph(f"{name}-rook-ceph", RookCephArgs(s.rook_ceph, protect, rgw, labels), child)
             backends["cephfs"] = self.rook_ceph
             backends["rbd"] = self.rook_ceph.block
         if s.local_nvme.enabled:
-            backends["topolvm"] = LocalNVMe(f"{name}-local-nvme", LocalNVMeArgs(s.local_nvme), child)
+            backends["topolvm"] = LocalNVMe(f"{name}-local-nvme", LocalNVMeArgs(s.local_nvme, labels), child)
         gateway = self.rook_ceph.rgw if self.rook_ceph else None
-        self.object_store = ObjectStore(
-            f"{name}-object-store", ObjectStoreArgs(s.object_store, protect, expirations(s), gateway), child
-        )
+        store_args = ObjectStoreArgs(s.object_store, protect, expirations(s), gateway, m.enabled)
+        self.object_store = ObjectStore(f"{name}-object-store", store_args, child)
         self.metadata = None
         self._volume: JuiceFSSource | None = None
         if s.juicefs.enabled:
             previous = pulumi.Output.from_input(args.previous_outputs).apply(lambda o: previous_engine(o or {}))
-            metadata = MetadataEngineArgs(s.metadata, protect, previous)
+            exporter = m.exporter_resources if m.enabled else None
+            metadata = MetadataEngineArgs(s.metadata, protect, previous, exporter)
             self.metadata = MetadataEngine(f"{name}-metadata", metadata, child)
             store = self.object_store
             self._volume = JuiceFSSource(
@@ -97,7 +100,27 @@ class Platform(pulumi.ComponentResource):
         if s.acceptance.enabled:
             StorageAcceptance(f"{name}-acceptance", StorageAcceptanceArgs(s.acceptance, tiers.classes), child)
         self._scheduling(name, s, tiers)
+        if m.enabled:
+            self._monitoring(name, s)
         self.register_outputs({"storage_classes": self.storage_classes})
+
+    def _monitoring(self, name: str, s: PlatformSettings) -> None:
+        """Scrape objects for the parts this stack runs, its alert rules and dashboards."""
+        in_cluster = s.juicefs.enabled and s.metadata.engine != "elasticache"
+        sentinel = s.juicefs.enabled and s.metadata.engine == "sentinel"
+        parts: list[pulumi.Resource] = [self.object_store]
+        parts += [c for c in (self.metadata, self.volcano) if c is not None]
+        args = MonitoringArgs(
+            s.monitoring,
+            juicefs_namespace=s.juicefs.namespace if s.juicefs.enabled else None,
+            metadata_namespace=s.metadata.namespace if in_cluster else None,
+            sentinel_replicas=s.metadata.sentinel.replicas if sentinel else None,
+            minio_namespace=s.object_store.namespace if s.object_store.backend == "minio" else None,
+            volcano_namespace=s.volcano.namespace if s.volcano.enabled else None,
+            ceph=s.rook_ceph.enabled,
+            after=parts,
+        )
+        Monitoring(f"{name}-monitoring", args, pulumi.ResourceOptions(parent=self))
 
     def _scheduling(self, name: str, s: PlatformSettings, tiers: StorageTiers) -> None:
         """Volcano, then Fluid, then the training operator (its runtimes mount Fluid's dataset claims)."""

@@ -7,6 +7,7 @@ image (Bitnami's images were frozen in 2025).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -22,6 +23,9 @@ DURABILITY = {"appendonly": "yes", "maxmemory-policy": "noeviction"}
 to reviewers and policies (the file itself is a Secret)."""
 CONFIG_DIR = "/etc/redis"
 """Where the config Secret (redis.conf, password) is mounted."""
+EXPORTER_PORT = 9121
+EXPORTER_PASSWORDS = "exporter-passwords.json"
+"""Config Secret key: the password of each address a redis_exporter scrapes (its ``-redis.password-file``)."""
 
 
 class RedisSettings(Section):
@@ -105,4 +109,29 @@ def data_container(settings: RedisSettings, command: list[str], *mounts: dict[st
             {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
             *mounts,
         ],
+    )
+
+
+def exporter_passwords(password: str, *ports: int) -> str:
+    """The redis_exporter password file: the password of the Redis (or Sentinel) on each local port."""
+    return json.dumps({f"redis://localhost:{port}": password for port in ports}, sort_keys=True)
+
+
+def exporter_container(resources: Resources, port: int) -> dict[str, Any]:
+    """A redis_exporter beside the Redis or Sentinel on ``port``: its metrics on 9121 (port `metrics`), the
+    password read from the config Secret's password file."""
+    health = {"httpGet": {"path": "/health", "port": EXPORTER_PORT}, "timeoutSeconds": 5}
+    return kube.container(
+        "redis-exporter",
+        versions.REDIS_EXPORTER_IMAGE,
+        resources,
+        args=[
+            f"--redis.addr=redis://localhost:{port}",
+            f"--redis.password-file={CONFIG_DIR}/{EXPORTER_PASSWORDS}",
+            f"--web.listen-address=:{EXPORTER_PORT}",
+        ],
+        ports=[{"name": "metrics", "containerPort": EXPORTER_PORT}],
+        livenessProbe={**health, "initialDelaySeconds": 10, "periodSeconds": 30},
+        readinessProbe={**health, "periodSeconds": 10},
+        volumeMounts=[{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
     )

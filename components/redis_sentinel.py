@@ -21,11 +21,15 @@ from pydantic import Field
 from . import kube, versions
 from .redis import (
     CONFIG_DIR,
+    EXPORTER_PASSWORDS,
+    EXPORTER_PORT,
     PORT,
     MetadataEndpoint,
     RedisSettings,
     data_container,
     durability_flags,
+    exporter_container,
+    exporter_passwords,
     ping_probe,
     redis_conf,
 )
@@ -182,11 +186,17 @@ VOLUMES = [
 SCRIPTS_MOUNT = {"name": "scripts", "mountPath": SCRIPTS_DIR, "readOnly": True}
 
 
-def data_spec(r: RedisSettings, s: SentinelSettings, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
+def data_spec(
+    r: RedisSettings, s: SentinelSettings, namespace: str, labels: dict[str, str], exporter: Resources | None = None
+) -> dict[str, Any]:
     """The data nodes' StatefulSet ``spec``: the primary and its replicas, one per node, durable."""
     command = ["sh", f"{SCRIPTS_DIR}/start.sh", "data", *durability_flags()]
-    redis = {**data_container(r, command, SCRIPTS_MOUNT), "env": start_env(s, namespace, DATA_SERVICE)}
-    template = kube.pod_template(labels, [redis], VOLUMES, terminationGracePeriodSeconds=60, affinity=spread(s, labels))
+    containers = [{**data_container(r, command, SCRIPTS_MOUNT), "env": start_env(s, namespace, DATA_SERVICE)}]
+    if exporter:
+        containers.append(exporter_container(exporter, PORT))
+    template = kube.pod_template(
+        labels, containers, VOLUMES, terminationGracePeriodSeconds=60, affinity=spread(s, labels)
+    )
     return {
         "serviceName": DATA_SERVICE,
         "replicas": s.replicas + 1,
@@ -196,7 +206,9 @@ def data_spec(r: RedisSettings, s: SentinelSettings, namespace: str, labels: dic
     }
 
 
-def sentinel_spec(s: SentinelSettings, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
+def sentinel_spec(
+    s: SentinelSettings, namespace: str, labels: dict[str, str], exporter: Resources | None = None
+) -> dict[str, Any]:
     """The Sentinels' StatefulSet ``spec``: one per node, their rewritable config on an emptyDir."""
     probe = ping_probe(SENTINEL_PORT)
     sentinel = kube.container(
@@ -215,12 +227,13 @@ def sentinel_spec(s: SentinelSettings, namespace: str, labels: dict[str, str]) -
         ],
     )
     volumes = [{"name": "data", "emptyDir": {}}, *VOLUMES]
+    containers = [sentinel, exporter_container(exporter, SENTINEL_PORT)] if exporter else [sentinel]
     return {
         "serviceName": SENTINEL_SERVICE,
         "replicas": s.sentinels,
         "podManagementPolicy": "Parallel",
         "selector": {"matchLabels": labels},
-        "template": kube.pod_template(labels, [sentinel], volumes, affinity=spread(s, labels)),
+        "template": kube.pod_template(labels, containers, volumes, affinity=spread(s, labels)),
     }
 
 
@@ -266,19 +279,23 @@ def sentinel_engine(
     ns: k8s.core.v1.Namespace,
     protect: bool,
     parent: pulumi.Resource,
+    exporter: Resources | None = None,
 ) -> MetadataEndpoint:
     """Data nodes and Sentinels sharing one generated password; the metadata URL names the Sentinels."""
     child = pulumi.ResourceOptions(parent=parent)
     password = random.RandomPassword(f"{name}-password", length=40, special=False, opts=child)
+    data = {
+        "redis.conf": password.result.apply(lambda p: redis_conf(r, p, *replication_lines(s, p))),
+        "sentinel.conf": password.result.apply(lambda p: sentinel_conf(s, p)),
+        "password": password.result,
+    }
+    if exporter:
+        data[EXPORTER_PASSWORDS] = password.result.apply(lambda p: exporter_passwords(p, PORT, SENTINEL_PORT))
     config = k8s.core.v1.Secret(
         f"{name}-config",
         metadata={"name": "redis-config", "namespace": ns.metadata.name},
         type="Opaque",
-        string_data={
-            "redis.conf": password.result.apply(lambda p: redis_conf(r, p, *replication_lines(s, p))),
-            "sentinel.conf": password.result.apply(lambda p: sentinel_conf(s, p)),
-            "password": password.result,
-        },
+        string_data=data,
         opts=child,
     )
     scripts = k8s.core.v1.ConfigMap(
@@ -293,20 +310,21 @@ def sentinel_engine(
     sentinel_service = _headless(
         f"{name}-sentinel-service", SENTINEL_SERVICE, SENTINEL_PORT, ns, sentinel_labels, parent
     )
-    data_policy = kube.ingress_policy(f"{name}-network-policy", ns.metadata.name, data_labels, [PORT], parent)
+    metrics = [EXPORTER_PORT] if exporter else []
+    data_policy = kube.ingress_policy(f"{name}-network-policy", ns.metadata.name, data_labels, [PORT, *metrics], parent)
     sentinel_policy = kube.ingress_policy(
-        f"{name}-sentinel-network-policy", ns.metadata.name, sentinel_labels, [SENTINEL_PORT], parent
+        f"{name}-sentinel-network-policy", ns.metadata.name, sentinel_labels, [SENTINEL_PORT, *metrics], parent
     )
     data = k8s.apps.v1.StatefulSet(
         f"{name}-redis",
         metadata=kube.workload_metadata("redis", ns.metadata.name, r.resources, data_labels),
-        spec=data_spec(r, s, namespace, data_labels),
+        spec=data_spec(r, s, namespace, data_labels, exporter),
         opts=kube.stateful(parent, protect, depends_on=[config, scripts, data_service, data_policy]),
     )
     sentinels = k8s.apps.v1.StatefulSet(
         f"{name}-sentinel",
         metadata=kube.workload_metadata("redis-sentinel", ns.metadata.name, s.resources, sentinel_labels),
-        spec=sentinel_spec(s, namespace, sentinel_labels),
+        spec=sentinel_spec(s, namespace, sentinel_labels, exporter),
         opts=pulumi.ResourceOptions(parent=parent, depends_on=[config, scripts, sentinel_service, sentinel_policy]),
     )
     _budget(f"{name}-budget", "redis", ns, data_labels, data, parent)

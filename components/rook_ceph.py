@@ -42,15 +42,15 @@ class RgwGateway:
     """The CephObjectStore and the release installing its CRDs."""
 
 
-def chart_values(s: RookCephSettings) -> dict[str, Any]:
-    """Helm values of the rook-ceph (operator) release."""
+def chart_values(s: RookCephSettings, monitoring: bool = False) -> dict[str, Any]:
+    """Helm values of the rook-ceph (operator) release (``monitoring``: the operator may create ServiceMonitors)."""
     return {
         "crds": {"enabled": True},
         "resources": s.resources.operator.spec(),
         # The subchart installs ceph-csi-operator and the csi.ceph.io CRDs the drivers chart needs.
         "csi": {"installCsiOperator": True},
         "enableDiscoveryDaemon": False,
-        "monitoring": {"enabled": False},
+        "monitoring": {"enabled": monitoring},
     }
 
 
@@ -67,7 +67,13 @@ def csi_drivers_values(s: RookCephSettings) -> dict[str, Any]:
             },
         },
         "drivers": {
-            "rbd": {"enabled": True, "name": f"{ns}.rbd.csi.ceph.com"},
+            # The chart leaves the RBD snapshot sidecar out by default (snapshotPolicy none; CephFS has it):
+            # without it no RBD VolumeSnapshot ever becomes ready (rook/rook#18156).
+            "rbd": {
+                "enabled": True,
+                "name": f"{ns}.rbd.csi.ceph.com",
+                **({"snapshotPolicy": "volumeSnapshot"} if s.snapshot_classes else {}),
+            },
             "cephfs": {"enabled": True, "name": f"{ns}.cephfs.csi.ceph.com"},
             "nfs": {"enabled": False, "name": f"{ns}.nfs.csi.ceph.com"},
             "nvmeof": {"enabled": False, "name": f"{ns}.nvmeof.csi.ceph.com"},
@@ -159,6 +165,8 @@ class RookCephArgs:
     """Protect and retain the CephCluster, pools and filesystems."""
     rgw: bool = False
     """Run a CephObjectStore (when the object store backend is `ceph-rgw`)."""
+    monitoring_labels: dict[str, str] | None = None
+    """Let Rook create the mgr's ServiceMonitor with these labels (the Prometheus Operator's selection)."""
 
 
 class RookCeph(pulumi.ComponentResource):
@@ -178,8 +186,10 @@ class RookCeph(pulumi.ComponentResource):
         s = args.settings
         self._settings, self._name, self._protect_data = s, name, args.protect
         ns = kube.namespace(f"{name}-ns", s.namespace, "privileged", self)
+        monitoring = args.monitoring_labels is not None
+        values = chart_values(s, monitoring)
         operator = kube.release(
-            f"{name}-operator", versions.ROOK_CEPH, ns.metadata.name, chart_values(s), self, release_name="rook-ceph"
+            f"{name}-operator", versions.ROOK_CEPH, ns.metadata.name, values, self, release_name="rook-ceph"
         )
         csi = kube.release(
             f"{name}-csi-drivers",
@@ -190,7 +200,10 @@ class RookCeph(pulumi.ComponentResource):
             release_name="ceph-csi-drivers",
             depends_on=[operator],
         )
-        cluster = self._custom("cluster", "CephCluster", s.namespace, cluster_spec(s), [operator, csi])
+        spec = cluster_spec(s)
+        if args.monitoring_labels is not None:
+            spec.update(monitoring={"enabled": True}, labels={"monitoring": args.monitoring_labels})
+        cluster = self._custom("cluster", "CephCluster", s.namespace, spec, [operator, csi])
         after_cluster = [operator, cluster]
         pool = self._custom("block-pool", "CephBlockPool", s.block_pool, pool_spec(s), after_cluster)
         self._snapshot_classes = self._snapshots(s, [csi]) if s.snapshot_classes else {}

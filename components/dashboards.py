@@ -1,0 +1,150 @@
+"""Grafana dashboards of the platform, as the JSON the Grafana sidecar loads from labelled ConfigMaps.
+
+Per tier throughput (cold: the JuiceFS clients; warm, checkpoint and block: their Ceph pools; hot: TopoLVM
+exports capacity, not I/O), the cache hit ratio and evictions, metadata latency and errors (the JuiceFS
+clients' metadata operations, and Redis), and object store requests (the JuiceFS clients, every backend).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+UID_PREFIX = "ai-storage-"
+REQUESTS = "juicefs_object_request_durations_histogram_seconds_count"
+
+
+def panel(title: str, targets: dict[str, str], unit: str, x: int, y: int) -> dict[str, Any]:
+    """A 12x8 time-series panel of ``targets`` (legend -> PromQL)."""
+    return {
+        "type": "timeseries",
+        "title": title,
+        "datasource": {"type": "prometheus", "uid": "${datasource}"},
+        "gridPos": {"h": 8, "w": 12, "x": x, "y": y},
+        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "targets": [
+            {"refId": chr(ord("A") + i), "expr": expr, "legendFormat": legend}
+            for i, (legend, expr) in enumerate(targets.items())
+        ],
+    }
+
+
+def dashboard(uid: str, title: str, panels: list[dict[str, Any]]) -> dict[str, Any]:
+    """A dashboard with a Prometheus data source variable."""
+    source = {"name": "datasource", "type": "datasource", "query": "prometheus", "label": "Data source"}
+    return {
+        "uid": f"{UID_PREFIX}{uid}",
+        "title": title,
+        "tags": ["ai-storage-platform"],
+        "schemaVersion": 39,
+        "time": {"from": "now-6h", "to": "now"},
+        "refresh": "30s",
+        "templating": {"list": [source]},
+        "panels": panels,
+    }
+
+
+def ceph_pool(metric: str) -> str:
+    """Per Ceph pool rate of ``metric``, named by pool (the warm and checkpoint filesystems' and the block pool)."""
+    return f"sum by (name) (rate({metric}[5m]) * on (pool_id) group_left (name) ceph_pool_metadata)"
+
+
+def data_path(window: str) -> dict[str, Any]:
+    """Throughput per tier and the cold tier's cache."""
+    w = window
+    return dashboard(
+        "data-path",
+        "AI storage / data path",
+        [
+            panel(
+                "Cold tier (JuiceFS) throughput",
+                {
+                    "read {{mp}}": "ai_storage:juicefs_read_bytes:rate",
+                    "write {{mp}}": f"rate(juicefs_fuse_written_size_bytes_sum[{w}])",
+                },
+                "Bps",
+                0,
+                0,
+            ),
+            panel(
+                "Warm, checkpoint and block tiers (Ceph pools) throughput",
+                {"read {{name}}": ceph_pool("ceph_pool_rd_bytes"), "write {{name}}": ceph_pool("ceph_pool_wr_bytes")},
+                "Bps",
+                12,
+                0,
+            ),
+            panel("Cold tier cache hit ratio", {"{{mp}}": "ai_storage:juicefs_cache_hit_ratio"}, "percentunit", 0, 8),
+            panel(
+                "Cold tier cache evictions and dropped blocks",
+                {
+                    "evicted {{mp}}": "ai_storage:juicefs_cache_evictions:rate",
+                    "dropped {{mp}}": f"rate(juicefs_blockcache_drops[{w}])",
+                },
+                "ops",
+                12,
+                8,
+            ),
+            panel("Cold tier read latency", {"{{mp}}": "ai_storage:juicefs_read_latency_seconds:mean"}, "s", 0, 16),
+            panel(
+                "Hot tier (TopoLVM) free capacity",
+                {"{{node}} {{device_class}}": "topolvm_volumegroup_available_bytes"},
+                "bytes",
+                12,
+                16,
+            ),
+        ],
+    )
+
+
+def metadata_and_objects(window: str) -> dict[str, Any]:
+    """Metadata latency and errors, and object store requests."""
+    w = window
+    p99 = f"histogram_quantile(0.99, sum by (le, mp) (rate(juicefs_meta_ops_durations_histogram_seconds_bucket[{w}])))"
+    return dashboard(
+        "metadata-objects",
+        "AI storage / metadata and object store",
+        [
+            panel("Metadata operation latency (p99, JuiceFS clients)", {"{{mp}}": p99}, "s", 0, 0),
+            panel(
+                "Redis commands and errors",
+                {
+                    "commands {{pod}}": f"rate(redis_commands_processed_total[{w}])",
+                    "errors {{pod}} {{err}}": f"rate(redis_errors_total[{w}])",
+                },
+                "ops",
+                12,
+                0,
+            ),
+            panel(
+                "Redis memory of maxmemory",
+                {"{{pod}}": "redis_memory_used_bytes / redis_memory_max_bytes"},
+                "percentunit",
+                0,
+                8,
+            ),
+            panel("Redis replicas connected to the primary", {"{{pod}}": "redis_connected_slaves"}, "short", 12, 8),
+            panel(
+                "Object store requests (JuiceFS clients)",
+                {
+                    "{{method}}": f"sum by (method) (rate({REQUESTS}[{w}]))",
+                    "errors": f"sum (rate(juicefs_object_request_errors[{w}]))",
+                },
+                "reqps",
+                0,
+                16,
+            ),
+            panel(
+                "Object store bytes (JuiceFS clients)",
+                {"{{method}}": f"sum by (method) (rate(juicefs_object_request_data_bytes[{w}]))"},
+                "Bps",
+                12,
+                16,
+            ),
+        ],
+    )
+
+
+def dashboards(window: str) -> dict[str, str]:
+    """Every dashboard as ``<file name>: <JSON text>`` (the data of its ConfigMap)."""
+    boards = [data_path(window), metadata_and_objects(window)]
+    return {f"{b['uid']}.json": json.dumps(b, indent=1, sort_keys=True) for b in boards}

@@ -1,0 +1,66 @@
+"""Monitoring built on its own: scrape objects beside each monitored part, rules, dashboards, CRDs read first."""
+
+from __future__ import annotations
+
+import json
+
+from components.monitoring import CRDS, Monitoring, MonitoringArgs, MonitoringSettings
+from tests.conformance.upstream import validate_object
+from tests.conftest import by_name, objects
+
+EVERYTHING = MonitoringArgs(
+    MonitoringSettings(),
+    juicefs_namespace="juicefs-csi",
+    metadata_namespace="juicefs-meta",
+    sentinel_replicas=2,
+    minio_namespace="object-store",
+    volcano_namespace="volcano-system",
+    ceph=True,
+)
+
+
+def test_each_part_gets_a_scrape_object_the_operator_selects(build):
+    result, _ = build(lambda: Monitoring("mon", EVERYTHING))
+    pods = {o["metadata"]["name"]: o for o in objects(result, "PodMonitor")}
+    services = {o["metadata"]["name"]: o for o in objects(result, "ServiceMonitor")}
+    assert set(pods) == {"juicefs-mounts", "juicefs-csi", "metadata-engine"}
+    assert set(services) == {"volcano-scheduler", "minio"}
+    assert pods["juicefs-mounts"]["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": "juicefs-mount"}
+    assert pods["juicefs-mounts"]["metadata"]["namespace"] == "juicefs-csi"
+    assert services["minio"]["spec"]["endpoints"][0]["path"] == "/minio/v2/metrics/cluster"
+    for obj in [*pods.values(), *services.values(), *objects(result, "PrometheusRule")]:
+        assert obj["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+        assert validate_object(obj, "1.33") == [], obj["kind"]
+
+
+def test_a_stack_without_a_part_gets_no_scrape_object_or_alert_for_it(build):
+    result, _ = build(lambda: Monitoring("mon", MonitoringArgs(MonitoringSettings(), juicefs_namespace="jfs")))
+    assert {o["metadata"]["name"] for o in objects(result, "PodMonitor")} == {"juicefs-mounts", "juicefs-csi"}
+    assert not objects(result, "ServiceMonitor")
+    alerts = {
+        r.get("alert")
+        for g in by_name(result, "PrometheusRule", "ai-storage-platform")["spec"]["groups"]
+        for r in g["rules"]
+    }
+    assert "CephHealthError" not in alerts and "VolcanoGangJobsPending" not in alerts
+    assert "RedisSentinelFailover" not in alerts and "JuiceFSCacheHitRatioLow" in alerts
+
+
+def test_every_object_waits_for_the_operators_crds(build):
+    _, monitor = build(lambda: Monitoring("mon", EVERYTHING))
+    crds = {
+        f"urn:pulumi:test::ai-storage-platform::ai-storage:monitoring:Monitoring$kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition::mon-{c}-crd"
+        for c in CRDS
+    }
+    operator_objects = [r for r in monitor.registrations if r.type.startswith("kubernetes:monitoring.coreos.com")]
+    assert len(operator_objects) == 6
+    for r in operator_objects:
+        assert crds <= set(r.dependencies), r.name
+
+
+def test_dashboards_are_labelled_for_the_grafana_sidecar(build):
+    result, _ = build(lambda: Monitoring("mon", EVERYTHING))
+    config = by_name(result, "ConfigMap", "ai-storage-dashboards")
+    assert config["metadata"]["labels"]["grafana_dashboard"] == "1"
+    titles = {json.loads(text)["title"] for text in config["data"].values()}
+    assert titles == {"AI storage / data path", "AI storage / metadata and object store"}
