@@ -248,7 +248,7 @@ def platform_alerts(s: RuleSettings, ceph: bool, volcano: bool) -> list[dict[str
 
 def rule_groups(s: RuleSettings, replicas: int | None, ceph: bool, volcano: bool) -> list[dict[str, Any]]:
     """Every rule group of the platform (the ``spec.groups`` of its PrometheusRule)."""
-    groups = [
+    groups: list[dict[str, Any]] = [
         {"name": "ai-storage-data-path", "rules": [*recording_rules(s.window), *data_path_alerts(s)]},
         {"name": "ai-storage-metadata", "rules": metadata_alerts(s, replicas)},
     ]
