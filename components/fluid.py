@@ -18,7 +18,7 @@ import yaml
 from . import kube, versions
 from .fluid_dataset import BucketSource, DatasetSettings, credentials, dataset
 from .juicefs import JuiceFSSource
-from .section import DnsLabel, Problem, Section
+from .section import ControllerSettings, DnsLabel, Problem, Section
 
 _AFFINITY_PREFERRED = [
     {"name": "fluid.io/node", "weight": 100},
@@ -38,6 +38,8 @@ class FluidSettings(Section):
     """Place dataset pods on the nodes caching it: `preferred`, or `required` (runtimes get the sched label)."""
     datasets: list[DatasetSettings] = []
     """Datasets to create."""
+    controllers: ControllerSettings = ControllerSettings()
+    """Replicas and resources of the dataset controller, the runtime controllers and the webhook."""
 
     def problems(self) -> list[Problem]:
         """A dataset name is unique in its namespace (it names the Dataset, the runtime and the claim)."""
@@ -68,7 +70,15 @@ def chart_values(settings: FluidSettings) -> dict[str, Any]:
         repo, tag = versions.JUICEFS_IMAGE.rsplit(":", 1)
         prefix, image = repo.rsplit("/", 1)
         runtime["juicefs"]["fuse"] = {"ceimagePrefix": prefix, "ceimageName": image, "ceimageTag": tag}
+    c = settings.controllers
+    controllers: dict[str, Any] = {"dataset": {}, "webhook": {}}
+    for values in (controllers["dataset"], controllers["webhook"], *runtime.values()):
+        if c.replicas > 1:
+            values["replicas"] = c.replicas
+        if c.resources:
+            values["resources"] = c.resources.spec()
     return {
+        **{k: v for k, v in controllers.items() if v},
         "namespace": settings.namespace,
         "runtime": runtime,
         "webhook": {
@@ -109,6 +119,14 @@ class Fluid(pulumi.ComponentResource):
         ns = kube.namespace(f"{name}-ns", s.namespace, "privileged", self)
         pin = versions.FLUID
         release = kube.release(f"{name}-release", pin, ns.metadata.name, chart_values(s), self, wait=True)
+        if s.controllers.replicas > 1:
+            # The chart's own pod labels (templates/controller/*_controller.yaml); it offers no anti-affinity value.
+            for controller in (
+                "dataset-controller",
+                *(f"{r}runtime-controller" for r in sorted({d.runtime for d in s.datasets})),
+            ):
+                selector = {"control-plane": controller}
+                kube.budget(f"{name}-{controller}-budget", controller, s.namespace, selector, self, [ns, release])
         self.namespaces = {}
         secrets: dict[tuple[str, str], k8s.core.v1.Secret] = {}
         self.datasets = []

@@ -41,7 +41,10 @@ class CacheSettings(Section):
     max_downloads: int = Field(200, ge=1, le=1024)
     """Concurrent downloads from the object store."""
     max_fuse_io: Literal["128K", "256K", "512K", "1M"] = "1M"
-    """Largest FUSE request; 1M moves 1 MiB per request once the node's readahead for the mount is >= 1 MiB."""
+    """Largest FUSE request; 1M moves 1 MiB per request once the mount's kernel read-ahead is >= 1 MiB."""
+    fuse_read_ahead_kib: int = Field(4096, ge=0, le=262144)
+    """Kernel read-ahead of each JuiceFS FUSE mount in KiB, set by the mount pod once mounted (0 keeps the kernel's
+    128 KiB); with `maxFuseIo: 1M`, 1024 or more makes FUSE reads 1 MiB."""
     verify_cache_checksum: Literal["none", "full", "shrink", "extend"] = "extend"
     """How cached blocks are checked on read (`none` reads ~10-15 % faster but misses a corrupted block)."""
     writeback: bool = False
@@ -176,9 +179,43 @@ def mount_options(cache: CacheSettings) -> list[str]:
     return options + list(cache.extra_mount_options)
 
 
-def chart_values() -> dict[str, object]:
+def read_ahead_script(kib: int) -> str:
+    """Shell that raises the kernel read-ahead of the FUSE mount at ${MOUNT_POINT} (the CSI driver fills it in)
+    to ``kib``: it waits for the mount to appear in /proc/self/mountinfo, writes its bdi's read_ahead_kb (mount
+    pods are privileged), and always exits 0 (a failing postStart would kill the mount pod)."""
+    return "\n".join(
+        [
+            "mp='${MOUNT_POINT}'",
+            "i=0",
+            'while [ "$i" -lt 120 ]; do',
+            "  while read -r _ _ dev _ point _; do",
+            '    if [ "$point" = "$mp" ] && [ -w "/sys/class/bdi/$dev/read_ahead_kb" ]; then',
+            f'      echo {kib} > "/sys/class/bdi/$dev/read_ahead_kb" && echo "read_ahead_kb of $mp ($dev): {kib}"',
+            "      exit 0",
+            "    fi",
+            "  done < /proc/self/mountinfo",
+            "  i=$((i + 1)); sleep 1",
+            "done",
+            'echo "read_ahead_kb of $mp not set: the mount did not appear"',
+            "exit 0",
+            "",
+        ]
+    )
+
+
+def mount_pod_patch(cache: CacheSettings) -> list[dict[str, Any]]:
+    """The driver's global mount pod patch (every mount pod): a postStart hook that raises the FUSE mount's
+    read-ahead. A patched lifecycle replaces the driver's own, which sets no postStart in mountpod mode and no
+    preStop for mount images that pass the FUSE fd on smooth upgrades (as the pinned one does)."""
+    if not cache.fuse_read_ahead_kib:
+        return []
+    command = ["sh", "-c", read_ahead_script(cache.fuse_read_ahead_kib)]
+    return [{"lifecycle": {"postStart": {"exec": {"command": command}}}}]
+
+
+def chart_values(cache: CacheSettings | None = None) -> dict[str, object]:
     """Helm values of the juicefs-csi-driver release."""
-    return {
+    values: dict[str, Any] = {
         "mountMode": "mountpod",
         "csidriver": {"disableHooks": True},
         # The admission webhook only exists in sidecar mode; keep cert-manager out of a mountpod install.
@@ -186,6 +223,10 @@ def chart_values() -> dict[str, object]:
         # Mount pods run the client version the data-path tests prove, not the chart's default.
         "defaultMountImage": {"ce": versions.JUICEFS_IMAGE},
     }
+    patch = mount_pod_patch(cache or CacheSettings())
+    if patch:
+        values["globalConfig"] = {"mountPodPatch": patch}
+    return values
 
 
 @dataclass
@@ -223,7 +264,7 @@ class JuiceFS(pulumi.ComponentResource):
         self._settings = s
         ns = kube.namespace(f"{name}-ns", s.namespace, "privileged", self)
         pin = versions.JUICEFS_CSI
-        self._driver = kube.release(f"{name}-csi-driver", pin, ns.metadata.name, chart_values(), self)
+        self._driver = kube.release(f"{name}-csi-driver", pin, ns.metadata.name, chart_values(s.cache), self)
         secret = k8s.core.v1.Secret(
             f"{name}-volume",
             metadata={"name": SECRET_NAME, "namespace": ns.metadata.name},

@@ -182,6 +182,36 @@ def data_claim_template(size: str, storage_class: str | None) -> dict[str, Any]:
     }
 
 
+BUDGET_LABEL = "ai-storage-platform/disruption-budget"
+"""Pod label a chart's controller pods get from the platform, for its PodDisruptionBudget."""
+
+
+def spread(labels: Mapping[str, str], required: bool = False) -> dict[str, Any]:
+    """Pod anti-affinity keeping the pods that carry ``labels`` on different nodes (or preferring to)."""
+    term = {"labelSelector": {"matchLabels": dict(labels)}, "topologyKey": "kubernetes.io/hostname"}
+    if required:
+        return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    preferred = [{"weight": 100, "podAffinityTerm": term}]
+    return {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": preferred}}
+
+
+def budget(
+    resource_name: str,
+    name: str,
+    namespace: pulumi.Input[str],
+    selector: Mapping[str, str],
+    parent: pulumi.Resource,
+    after: Sequence[pulumi.Resource],
+) -> k8s.policy.v1.PodDisruptionBudget:
+    """A PodDisruptionBudget letting at most one of the selected pods be evicted at a time (drains, upgrades)."""
+    return k8s.policy.v1.PodDisruptionBudget(
+        resource_name,
+        metadata={"name": name, "namespace": namespace, "labels": labels(name, "disruption-budget")},
+        spec={"maxUnavailable": 1, "selector": {"matchLabels": dict(selector)}},
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(after)),
+    )
+
+
 def stateful(parent: pulumi.Resource, protect: bool, **kwargs: Any) -> pulumi.ResourceOptions:
     """Options for a resource that holds data: protected and kept on delete when the stack says so."""
     return pulumi.ResourceOptions(parent=parent, protect=protect, retain_on_delete=protect, **kwargs)

@@ -167,18 +167,6 @@ def start_env(s: SentinelSettings, namespace: str, service: str) -> list[dict[st
     return [pod_name, *({"name": k, "value": v} for k, v in values.items())]
 
 
-def spread(s: SentinelSettings, labels: dict[str, str]) -> dict[str, Any]:
-    """Pod anti-affinity keeping the pods of one StatefulSet on different nodes."""
-    term = {"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"}
-    if s.spread == "required":
-        return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
-    return {
-        "podAntiAffinity": {
-            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": term}]
-        }
-    }
-
-
 VOLUMES = [
     {"name": "config", "secret": {"secretName": "redis-config"}},
     {"name": "scripts", "configMap": {"name": "redis-start"}},
@@ -195,7 +183,11 @@ def data_spec(
     if exporter:
         containers.append(exporter_container(exporter, PORT))
     template = kube.pod_template(
-        labels, containers, VOLUMES, terminationGracePeriodSeconds=60, affinity=spread(s, labels)
+        labels,
+        containers,
+        VOLUMES,
+        terminationGracePeriodSeconds=60,
+        affinity=kube.spread(labels, s.spread == "required"),
     )
     return {
         "serviceName": DATA_SERVICE,
@@ -233,7 +225,9 @@ def sentinel_spec(
         "replicas": s.sentinels,
         "podManagementPolicy": "Parallel",
         "selector": {"matchLabels": labels},
-        "template": kube.pod_template(labels, containers, volumes, affinity=spread(s, labels)),
+        "template": kube.pod_template(
+            labels, containers, volumes, affinity=kube.spread(labels, s.spread == "required")
+        ),
     }
 
 
@@ -251,23 +245,6 @@ def _headless(
             "ports": [{"name": service, "port": port, "targetPort": port}],
         },
         opts=pulumi.ResourceOptions(parent=parent),
-    )
-
-
-def _budget(
-    name: str,
-    workload: str,
-    ns: k8s.core.v1.Namespace,
-    labels: dict[str, str],
-    after: pulumi.Resource,
-    parent: pulumi.Resource,
-) -> None:
-    """At most one pod of ``workload`` voluntarily down at a time (drains, upgrades)."""
-    k8s.policy.v1.PodDisruptionBudget(
-        name,
-        metadata={"name": workload, "namespace": ns.metadata.name, "labels": labels},
-        spec={"maxUnavailable": 1, "selector": {"matchLabels": labels}},
-        opts=pulumi.ResourceOptions(parent=parent, depends_on=[after]),
     )
 
 
@@ -327,8 +304,8 @@ def sentinel_engine(
         spec=sentinel_spec(s, namespace, sentinel_labels, exporter),
         opts=pulumi.ResourceOptions(parent=parent, depends_on=[config, scripts, sentinel_service, sentinel_policy]),
     )
-    _budget(f"{name}-budget", "redis", ns, data_labels, data, parent)
-    _budget(f"{name}-sentinel-budget", "redis-sentinel", ns, sentinel_labels, sentinels, parent)
+    kube.budget(f"{name}-budget", "redis", ns.metadata.name, data_labels, parent, [data])
+    kube.budget(f"{name}-sentinel-budget", "redis-sentinel", ns.metadata.name, sentinel_labels, parent, [sentinels])
     hosts = ",".join(dns(f"{SENTINEL_SERVICE}-{i}", SENTINEL_SERVICE, namespace) for i in range(s.sentinels))
     url = pulumi.Output.format(
         "redis://:{0}@{1},{2}:{3}/{4}", password.result, s.master_name, hosts, SENTINEL_PORT, r.database

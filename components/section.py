@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Annotated, Any, TypeVar
 
 import pulumi
-from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
@@ -92,6 +92,16 @@ class Resources(Section):
         if self.cpu_limit:
             limits["cpu"] = self.cpu_limit
         return {"requests": {"cpu": self.cpu_request, "memory": self.memory_request}, "limits": limits}
+
+
+class ControllerSettings(Section):
+    """Replicas and resources of a chart's controllers (schedulers, controllers, webhooks)."""
+
+    replicas: int = Field(1, ge=1, le=5)
+    """Replicas of each controller; with 2 or more they elect a leader, spread over nodes where the chart allows
+    it, and a PodDisruptionBudget keeps one up through drains."""
+    resources: Resources | None = None
+    """Requests and limits of each controller container; unset keeps the chart's."""
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from pydantic import Field
 
 from . import kube, versions
 from .checkpoints import CheckpointProtection, OffsiteTarget, protect_checkpoints
-from .section import DnsLabel, Problem, Quantity, Section
+from .section import ControllerSettings, DnsLabel, Problem, Quantity, Section
 from .volcano import QUEUE_ANNOTATION, SCHEDULER_NAME
 
 DATA_PATH = "/data"
@@ -84,6 +84,8 @@ class TrainingSettings(Section):
     """Requested size of the checkpoint claim."""
     runtimes: list[RuntimeSettings] = []
     """ClusterTrainingRuntimes to create (Trainer v2 only)."""
+    controllers: ControllerSettings = ControllerSettings()
+    """Replicas and resources of the Trainer v2 controller manager and the JobSet controller."""
 
     def problems(self) -> list[Problem]:
         """Runtimes are Trainer v2 objects."""
@@ -92,18 +94,33 @@ class TrainingSettings(Section):
         return []
 
 
-def chart_values() -> dict[str, Any]:
+MANAGER_BUDGET = {kube.BUDGET_LABEL: "trainer-manager"}
+
+
+def chart_values(c: ControllerSettings | None = None) -> dict[str, Any]:
     """Helm values of the kubeflow-trainer release: JobSet on, every built-in runtime (and so the runtime
-    installer hook) off."""
+    installer hook) off; with several replicas, a manager pod label for its PodDisruptionBudget and
+    anti-affinity on it (the manager and JobSet controllers elect a leader)."""
+    c = c or ControllerSettings()
     runtimes: dict[str, Any] = {"defaultEnabled": False}
     runtimes.update({r: {"enabled": False} for r in _BUILTIN_RUNTIMES})
     runtimes["torchtuneDistributed"] = {r: {"enabled": False} for r in _TORCHTUNE_RUNTIMES}
-    return {
-        "jobset": {"install": True},
+    manager: dict[str, Any] = {}
+    jobset: dict[str, Any] = {"install": True}
+    if c.replicas > 1:
+        manager.update(replicas=c.replicas, labels=MANAGER_BUDGET, affinity=kube.spread(MANAGER_BUDGET))
+        jobset["controller"] = {"replicas": c.replicas}
+    if c.resources:
+        manager["resources"] = c.resources.spec()
+    values: dict[str, Any] = {
+        "jobset": jobset,
         "image": {"tag": versions.TRAINER_IMAGE_TAG},
         "runtimes": runtimes,
         "dataCache": {"runtimes": {"torchDistributedWithCache": {"enabled": False}}},
     }
+    if manager:
+        values["manager"] = manager
+    return values
 
 
 def claim_volumes(dataset_claim: str, checkpoint_claim: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -293,12 +310,15 @@ class Training(pulumi.ComponentResource):
         # restricted: the manager and the JobSet controller run non-root, no capabilities, RuntimeDefault seccomp.
         ns = kube.namespace(f"{name}-ns", s.namespace, "restricted", self)
         pin = versions.KUBEFLOW_TRAINER
-        return kube.release(
+        release = kube.release(
             f"{name}-trainer",
             pin,
             ns.metadata.name,
-            chart_values(),
+            chart_values(s.controllers),
             self,
             depends_on=[volcano],
             wait=True,
         )
+        if s.controllers.replicas > 1:
+            kube.budget(f"{name}-manager-budget", "trainer-manager", s.namespace, MANAGER_BUDGET, self, [ns, release])
+        return release

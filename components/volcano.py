@@ -8,13 +8,14 @@ and owns the ``default`` and ``root`` queues, so Queues wait for the release and
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field
 
 from . import kube, versions
-from .section import DnsLabel, Problem, Quantity, Section
+from .section import ControllerSettings, DnsLabel, Problem, Quantity, Section
 
 SCHEDULER_NAME = "volcano"
 QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
@@ -78,6 +79,8 @@ class VolcanoSettings(Section):
     """Namespace of the scheduler, controllers and admission webhook."""
     queues: list[QueueSettings] = []
     """Queues to create, one per team or workload class."""
+    controllers: ControllerSettings = ControllerSettings()
+    """Replicas and resources of the scheduler, the controllers and the admission webhook."""
 
     def problems(self) -> list[Problem]:
         """Queue names used twice."""
@@ -97,9 +100,28 @@ class VolcanoSettings(Section):
         return found
 
 
-def chart_values() -> dict[str, object]:
-    """Helm values of the volcano release."""
-    return {"basic": {"image_tag_version": versions.VOLCANO_IMAGE_TAG}}
+COMPONENTS = ("scheduler", "controller", "admission")
+"""The chart's controllers, as its `custom.<component>_*` values name them."""
+
+
+def chart_values(c: ControllerSettings | None = None) -> dict[str, object]:
+    """Helm values of the volcano release: with several replicas, leader election, a pod label per controller
+    for its PodDisruptionBudget and anti-affinity on it."""
+    c = c or ControllerSettings()
+    custom: dict[str, Any] = {}
+    if c.replicas > 1:
+        custom["leader_elect_enable"] = True
+        for component in COMPONENTS:
+            label = {kube.BUDGET_LABEL: f"volcano-{component}"}
+            custom[f"{component}_replicas"] = c.replicas
+            custom[f"{component}_podLabels"] = label
+            custom[f"{component}_affinity"] = kube.spread(label)
+    if c.resources:
+        custom.update({f"{component}_resources": c.resources.spec() for component in COMPONENTS})
+    values: dict[str, Any] = {"basic": {"image_tag_version": versions.VOLCANO_IMAGE_TAG}}
+    if custom:
+        values["custom"] = custom
+    return values
 
 
 def queue_spec(queue: QueueSettings) -> dict[str, object]:
@@ -150,7 +172,19 @@ class Volcano(pulumi.ComponentResource):
         ns = kube.namespace(f"{name}-ns", s.namespace, "baseline", self)
         pin = versions.VOLCANO
         # wait: Queues created after the release never meet an admission webhook that is not serving yet.
-        self.release = kube.release(f"{name}-release", pin, ns.metadata.name, chart_values(), self, wait=True)
+        values = chart_values(s.controllers)
+        self.release = kube.release(f"{name}-release", pin, ns.metadata.name, values, self, wait=True)
+        if s.controllers.replicas > 1:
+            for component in COMPONENTS:
+                selector = {kube.BUDGET_LABEL: f"volcano-{component}"}
+                kube.budget(
+                    f"{name}-{component}-budget",
+                    f"volcano-{component}",
+                    s.namespace,
+                    selector,
+                    self,
+                    [ns, self.release],
+                )
         after_release = pulumi.ResourceOptions(parent=self, depends_on=[self.release])
         self.queues = [queue(f"{name}-queue-{q.name}", q, after_release).metadata["name"] for q in s.queues]
         self.register_outputs({"queues": self.queues})

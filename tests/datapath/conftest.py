@@ -23,9 +23,10 @@ def generated_config(stack: str = "dev") -> dict:
     program: the Redis config Secret, the JuiceFS volume Secret and the cold-tier StorageClass.
 
     Returns ``{"redis_conf": str, "volume_secret": dict[str, str], "mount_options": list[str],
-    "offsite_script": str, "offsite_env": dict[str, str], "exporter_passwords": str}`` (the offsite checkpoint
-    copy of the platform's checkpoint claim; the redis_exporter's password file); the passwords are the mock
-    engine's stand-ins for pulumi-random's.
+    "offsite_script": str, "offsite_env": dict[str, str], "exporter_passwords": str,
+    "mount_pod_post_start": list[str]}`` (the offsite checkpoint copy of the platform's checkpoint claim; the
+    redis_exporter's password file; the command the JuiceFS CSI mount pods run once started, with the
+    driver's ``${MOUNT_POINT}`` template); the passwords are the mock engine's stand-ins for pulumi-random's.
     """
     from components import mock_engine, render
 
@@ -37,6 +38,7 @@ def generated_config(stack: str = "dev") -> dict:
     offsite = state["ai-storage-training-checkpoints-offsite"]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     copy = offsite["containers"][0]
     redis_config = revealed(state["ai-storage-metadata-config"]["stringData"])
+    patch = state["ai-storage-juicefs-csi-driver"]["values"]["globalConfig"]["mountPodPatch"][0]
     return {
         "redis_conf": redis_config["redis.conf"],
         "exporter_passwords": redis_config["exporter-passwords.json"],
@@ -44,6 +46,7 @@ def generated_config(stack: str = "dev") -> dict:
         "mount_options": list(state["ai-storage-tiers-cold"]["mountOptions"]),
         "offsite_script": copy["command"][-1],
         "offsite_env": {e["name"]: e["value"] for e in copy["env"]},
+        "mount_pod_post_start": list(patch["lifecycle"]["postStart"]["exec"]["command"]),
     }
 
 

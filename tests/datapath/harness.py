@@ -657,13 +657,14 @@ class MountHandle:
         dev = os.stat(self.mountpoint).st_dev
         return Path(f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb")
 
-    def set_read_ahead_kib(self, kib: int) -> None:
-        """Kernel readahead window of this FUSE mount (node level, root only; not a juicefs option).
-
-        The kernel caps a FUSE mount's readahead at 128 KiB, so FUSE reads stay 128 KiB whatever
-        ``max-fuse-io`` says unless this is raised (in Kubernetes: a postStart hook in the mount pod).
-        """
-        self.bdi_read_ahead_path.write_text(f"{int(kib)}\n")
+    def run_post_start(self, command: Sequence[str], timeout: float = 150) -> str:
+        """Run a mount pod's postStart command (the platform's mount pod patch) against this mount: the JuiceFS
+        CSI driver replaces ``${MOUNT_POINT}`` in the patch with the mount point, and so does this."""
+        argv = [part.replace("${MOUNT_POINT}", str(self.mountpoint)) for part in command]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        if proc.returncode != 0:
+            raise HarnessError(f"postStart exited {proc.returncode}: {proc.stdout}{proc.stderr}")
+        return proc.stdout
 
     def metric(self, name: str, **labels: str) -> float:
         """Sum of metric ``name`` over every series whose labels include ``labels``."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import subprocess
 
 import harness
 import pytest
@@ -101,3 +102,46 @@ def test_a_hung_mount_is_aborted_and_cleaned_up_instead_of_blocking(stack, fuse_
             os.listdir(m.mountpoint)
         assert err.value.errno in (errno.ENOTCONN, errno.ECONNABORTED)
     assert not harness.is_mounted(m.mountpoint)
+
+
+def _reads_over(m, size: int) -> float:
+    """FUSE reads of this mount larger than ``size`` bytes, from the client's read-size histogram."""
+    total = m.metric("juicefs_fuse_read_size_bytes_count")
+    buckets = {
+        float(key.split('le="', 1)[1].split('"', 1)[0]): value
+        for key, value in m.metrics().items()
+        if key.startswith("juicefs_fuse_read_size_bytes_bucket") and f'mp="{m.mountpoint}"' in key
+    }
+    at_most = max(v for le, v in buckets.items() if le <= size)
+    return total - at_most
+
+
+def test_the_mount_pods_post_start_raises_the_read_ahead_so_reads_become_1_mib(stack, fuse_ok, generated, tmp_path):
+    """The platform's mount pod patch, run as the mount pod runs it (the CSI driver fills in ${MOUNT_POINT}),
+    against the real FUSE mount with the generated options (max-fuse-io=1M)."""
+    with stack.mount(generated["mount_options"], name="read-ahead") as m:
+        data = m.mountpoint / "read-ahead.bin"
+        data.write_bytes(os.urandom(16 * 1024 * 1024))
+        assert m.bdi_read_ahead_path.read_text().strip() == "128"  # the kernel's default for FUSE
+        harness.drop_page_cache()
+        before = _reads_over(m, 128 * 1024)
+        data.read_bytes()
+        assert _reads_over(m, 128 * 1024) == before  # every read 128 KiB or less
+
+        out = m.run_post_start(generated["mount_pod_post_start"])
+        assert "read_ahead_kb of" in out and "4096" in out
+        assert m.bdi_read_ahead_path.read_text().strip() == "4096"
+
+        harness.drop_page_cache()  # a file opened after the change reads with the new read-ahead
+        before = _reads_over(m, 512 * 1024)
+        data.read_bytes()
+        assert _reads_over(m, 512 * 1024) - before >= 8  # 1 MiB reads (max-fuse-io=1M)
+
+
+def test_the_post_start_gives_up_quietly_when_nothing_is_mounted(tmp_path, generated):
+    command = [
+        part.replace("${MOUNT_POINT}", str(tmp_path / "never-mounted")) for part in generated["mount_pod_post_start"]
+    ]
+    script = command[-1].replace("-lt 120", "-lt 2")  # do not wait two minutes for a mount that never comes
+    run = subprocess.run([*command[:-1], script], capture_output=True, text=True, timeout=30)
+    assert run.returncode == 0 and "not set" in run.stdout  # a failing postStart would kill the mount pod
