@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
+
+from . import kube, versions
+from .section import Resources
 
 
 @dataclass(frozen=True)
@@ -33,3 +38,23 @@ def object_url(storage: str, bucket_url: str, prefix: str) -> tuple[str, list[st
     flags = ["--no-https"] if scheme == "http" else []
     name = "minio" if storage == "minio" else "s3"
     return f"{name}://{rest.rstrip('/')}/{prefix}", flags
+
+
+def sync_container(
+    name: str,
+    resources: Resources,
+    script: Callable[[list[str]], str],
+    target: pulumi.Output[tuple[str, list[str]]],
+    env: list[dict[str, Any]],
+    mounts: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """A container of the pinned JuiceFS client that runs ``script(sync flags)`` to copy into the bucket at
+    ``target`` (an :func:`object_url`: the destination, in $DESTINATION, and the flags ``juicefs sync`` needs)."""
+    return kube.container(
+        name,
+        versions.JUICEFS_IMAGE,
+        resources,
+        command=["/bin/sh", "-c", target.apply(lambda t: script(t[1]))],
+        env=[{"name": "HOME", "value": "/tmp"}, {"name": "DESTINATION", "value": target.apply(lambda t: t[0])}, *env],
+        volumeMounts=[*mounts, kube.TMP_MOUNT],
+    )

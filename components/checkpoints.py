@@ -18,6 +18,7 @@ import pulumi_kubernetes as k8s
 from pydantic import Field
 
 from . import kube, versions
+from .bucket import sync_container
 from .section import Resources, Section
 
 MARKER = "COMPLETE"
@@ -125,13 +126,7 @@ def snapshot_cronjob_spec(claim: str, s: SnapshotSettings, account: str) -> dict
         kube.labels("checkpoint-snapshots", claim), [job], [], restartPolicy="OnFailure", serviceAccountName=account
     )
     template["spec"]["automountServiceAccountToken"] = True  # the job talks to the API server
-    return {
-        "schedule": s.schedule,
-        "concurrencyPolicy": "Forbid",
-        "successfulJobsHistoryLimit": 1,
-        "failedJobsHistoryLimit": 3,
-        "jobTemplate": {"spec": {"backoffLimit": 2, "template": template}},
-    }
+    return kube.cronjob_spec(s.schedule, template)
 
 
 def offsite_script(sync_flags: list[str]) -> str:
@@ -170,21 +165,18 @@ def offsite_cronjob_spec(
 ) -> dict[str, Any]:
     """The ``spec`` of the CronJob that copies ``claim``'s complete checkpoints to ``target`` (the destination
     and its sync flags), reading the keys from the Secret ``credentials``."""
-    copy = kube.container(
+    copy = sync_container(
         "copy",
-        versions.JUICEFS_IMAGE,
         COPY_RESOURCES,
-        command=["/bin/sh", "-c", target.apply(lambda t: offsite_script(t[1]))],
+        offsite_script,
+        target,
         env=[
-            {"name": "HOME", "value": "/tmp"},
             {"name": "CHECKPOINTS", "value": "/checkpoints/"},
-            {"name": "DESTINATION", "value": target.apply(lambda t: t[0])},
             {"name": "SECRETS", "value": "/run/secrets/object-store"},
         ],
-        volumeMounts=[
+        mounts=[
             {"name": "checkpoints", "mountPath": "/checkpoints", "readOnly": True},
             {"name": "credentials", "mountPath": "/run/secrets/object-store", "readOnly": True},
-            kube.TMP_MOUNT,
         ],
     )
     volumes = [
@@ -193,13 +185,7 @@ def offsite_cronjob_spec(
         kube.TMP_VOLUME,
     ]
     template = kube.pod_template(kube.labels("checkpoint-offsite", claim), [copy], volumes, restartPolicy="OnFailure")
-    return {
-        "schedule": s.schedule,
-        "concurrencyPolicy": "Forbid",
-        "successfulJobsHistoryLimit": 1,
-        "failedJobsHistoryLimit": 3,
-        "jobTemplate": {"spec": {"backoffLimit": 2, "template": template}},
-    }
+    return kube.cronjob_spec(s.schedule, template)
 
 
 @dataclass(frozen=True)
@@ -277,4 +263,25 @@ def _offsite(
         metadata=kube.workload_metadata(f"{claim}-offsite", namespace, COPY_RESOURCES),
         spec=offsite_cronjob_spec(claim, s, secret_name, destination),
         opts=pulumi.ResourceOptions(parent=parent, depends_on=[*after, secret]),
+    )
+
+
+def checkpoint_claim(
+    resource_name: str,
+    name: str,
+    namespace: pulumi.Input[str],
+    storage_class: pulumi.Input[str],
+    size: str,
+    opts: pulumi.ResourceOptions,
+) -> k8s.core.v1.PersistentVolumeClaim:
+    """A ReadWriteMany claim on the checkpoint tier, for sharded saves from every training node."""
+    return k8s.core.v1.PersistentVolumeClaim(
+        resource_name,
+        metadata={"name": name, "namespace": namespace, "labels": kube.labels("training", "checkpoints")},
+        spec={
+            "accessModes": ["ReadWriteMany"],
+            "storageClassName": storage_class,
+            "resources": {"requests": {"storage": size}},
+        },
+        opts=opts,
     )

@@ -144,6 +144,7 @@ def credentials(
     data: dict[str, pulumi.Input[str]] = {"access-key": source.access_key, "secret-key": source.secret_key}
     if isinstance(source, JuiceFSSource):
         data["metaurl"] = source.metaurl
+        data.update(source.envs)  # the client's environment, one key per variable
     return k8s.core.v1.Secret(
         resource_name,
         metadata={
@@ -155,6 +156,16 @@ def credentials(
         string_data={k: pulumi.Output.secret(v) for k, v in data.items()},
         opts=opts,
     )
+
+
+def runtime_spec(d: DatasetCache, secret: pulumi.Input[str], source: JuiceFSSource | BucketSource) -> dict[str, Any]:
+    """The runtime's ``spec``: cache workers and levels; a JuiceFSRuntime's FUSE and worker clients also get the
+    client's environment (SENTINEL_PASSWORD with Sentinels) from ``secret``."""
+    spec: dict[str, Any] = {"replicas": d.replicas, "tieredstore": cache_spec(d.cache)}
+    if isinstance(source, JuiceFSSource) and source.envs:
+        env = [{"name": k, "valueFrom": {"secretKeyRef": {"name": secret, "key": k}}} for k in sorted(source.envs)]
+        spec.update(fuse={"env": env}, worker={"env": env})
+    return spec
 
 
 def runtime_of(source: JuiceFSSource | BucketSource) -> str:
@@ -187,7 +198,7 @@ def dataset(
         kind=RUNTIME_KIND[runtime_of(source)],
         # A runtime binds to the Dataset of the same name and namespace.
         metadata={"name": d.name, "namespace": namespace, "labels": kube.labels("fluid", "runtime")},
-        spec={"replicas": d.replicas, "tieredstore": cache_spec(d.cache)},
+        spec=runtime_spec(d, secret, source),
         opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[dataset])),
     )
     if d.prewarm:

@@ -7,6 +7,9 @@ Mount options go in the StorageClass ``mountOptions`` list: the driver has no mo
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -15,12 +18,14 @@ import pulumi_kubernetes as k8s
 from pydantic import Field
 
 from . import kube, versions
-from .bucket import object_url
-from .section import DnsLabel, Resources, Section
+from .metadata_backup import BackupSecrets, BackupSettings, backup_destination, metadata_backup
+from .section import DnsLabel, Section
 from .storage_tiers import Tier, TierClass
 
 DRIVER = "csi.juicefs.com"
 SECRET_NAME = "juicefs-volume"
+CLIENT_ENV_SECRET = "juicefs-client-env"
+"""Secret with one key per variable of the client's environment (for the backup, which is no CSI client)."""
 
 
 class CacheSettings(Section):
@@ -57,89 +62,6 @@ class CacheSettings(Section):
     """Seconds file entries are cached by the kernel."""
     extra_mount_options: list[str] = []
     """Further `juicefs mount` options, each `name` or `name=value` without the leading `--`."""
-
-
-class BackupSettings(Section):
-    """Scheduled `juicefs dump` of the metadata to the object store."""
-
-    enabled: bool = True
-    """Run the metadata backup CronJob."""
-    schedule: str = Field("17 */6 * * *", pattern=r"^(\S+\s+){4}\S+$")
-    """Cron schedule of the backup (five fields, cluster time zone)."""
-    retention_days: int = Field(14, ge=1, le=3650)
-    """Days a backup is kept; the bucket expires older ones under `meta-backups/`."""
-
-
-BACKUP_PREFIX = "meta-backups/"
-
-
-def backup_destination(storage: str, bucket_url: str) -> tuple[str, list[str]]:
-    """Where ``juicefs sync`` uploads the dumps (a JuiceFS object URL) and the flags it needs."""
-    return object_url(storage, bucket_url, BACKUP_PREFIX)
-
-
-def backup_script(sync_flags: list[str]) -> str:
-    """Shell the backup CronJob runs: dump the metadata (secret key redacted), upload it to $DESTINATION."""
-    flags = " ".join(sync_flags)
-    return "\n".join(
-        [
-            "set -eu",
-            "# Credentials come from the volume Secret mounted as files, never from the environment.",
-            'METAURL="$(cat "$SECRETS/metaurl")"',
-            'AWS_ACCESS_KEY_ID="$(cat "$SECRETS/access-key")"',
-            'AWS_SECRET_ACCESS_KEY="$(cat "$SECRETS/secret-key")"',
-            "export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY",
-            'stamp="$(date -u +%Y%m%dT%H%M%SZ)"',
-            "mkdir -p /backup/out",
-            'juicefs dump --threads 4 "$METAURL" "/backup/out/$VOLUME-$stamp.json.gz"',
-            f'juicefs sync {flags} /backup/out/ "$DESTINATION"'.replace("  ", " "),
-            'echo "metadata backup $VOLUME-$stamp.json.gz uploaded to $DESTINATION"',
-            "",
-        ]
-    )
-
-
-BACKUP_RESOURCES = Resources(cpu_request="100m", cpu_limit="1", memory_request="256Mi", memory_limit="2Gi")
-SECRETS_DIR = "/run/secrets/juicefs"
-"""Where the backup reads the volume Secret (files, never environment variables)."""
-
-
-def backup_cronjob_spec(
-    backup: BackupSettings, volume_name: str, target: pulumi.Output[tuple[str, list[str]]]
-) -> dict[str, Any]:
-    """The backup CronJob's ``spec``: one run at a time, ``juicefs dump`` then ``juicefs sync`` to ``target``
-    (the destination and its sync flags)."""
-    dump = kube.container(
-        "dump",
-        versions.JUICEFS_IMAGE,
-        BACKUP_RESOURCES,
-        command=["/bin/sh", "-c", target.apply(lambda t: backup_script(t[1]))],
-        env=[
-            {"name": "HOME", "value": "/tmp"},
-            {"name": "VOLUME", "value": volume_name},
-            {"name": "DESTINATION", "value": target.apply(lambda t: t[0])},
-            {"name": "SECRETS", "value": SECRETS_DIR},
-        ],
-        volumeMounts=[
-            {"name": "backup", "mountPath": "/backup"},
-            kube.TMP_MOUNT,
-            {"name": "volume", "mountPath": SECRETS_DIR, "readOnly": True},
-        ],
-    )
-    volumes = [
-        {"name": "backup", "emptyDir": {}},
-        kube.TMP_VOLUME,
-        {"name": "volume", "secret": {"secretName": SECRET_NAME}},
-    ]
-    labels = kube.labels("juicefs-metadata-backup", "metadata-backup")
-    template = kube.pod_template(labels, [dump], volumes, restartPolicy="OnFailure")
-    return {
-        "schedule": backup.schedule,
-        "concurrencyPolicy": "Forbid",
-        "successfulJobsHistoryLimit": 3,
-        "failedJobsHistoryLimit": 3,
-        "jobTemplate": {"spec": {"backoffLimit": 2, "template": template}},
-    }
 
 
 class JuiceFSSettings(Section):
@@ -241,6 +163,23 @@ class JuiceFSSource:
     bucket_url: pulumi.Input[str]
     access_key: pulumi.Input[str]
     secret_key: pulumi.Input[str]
+    envs: Mapping[str, pulumi.Input[str]] = dataclasses.field(default_factory=dict)
+    """Environment the client needs besides the URL (secret values; SENTINEL_PASSWORD with Sentinels)."""
+
+
+def volume_secret(v: JuiceFSSource) -> dict[str, pulumi.Input[str]]:
+    """The JuiceFS CSI volume Secret's keys; the client's environment goes in ``envs``, a JSON object."""
+    data: dict[str, pulumi.Input[str]] = {
+        "name": v.volume_name,
+        "metaurl": v.metaurl,
+        "storage": v.storage,
+        "bucket": v.bucket_url,
+        "access-key": v.access_key,
+        "secret-key": v.secret_key,
+    }
+    if v.envs:
+        data["envs"] = pulumi.Output.all(**v.envs).apply(lambda env: json.dumps(env, sort_keys=True))
+    return data
 
 
 @dataclass
@@ -269,34 +208,26 @@ class JuiceFS(pulumi.ComponentResource):
             f"{name}-volume",
             metadata={"name": SECRET_NAME, "namespace": ns.metadata.name},
             type="Opaque",
-            string_data={
-                key: pulumi.Output.secret(value)
-                for key, value in {
-                    "name": v.volume_name,
-                    "metaurl": v.metaurl,
-                    "storage": v.storage,
-                    "bucket": v.bucket_url,
-                    "access-key": v.access_key,
-                    "secret-key": v.secret_key,
-                }.items()
-            },
+            string_data={key: pulumi.Output.secret(value) for key, value in volume_secret(v).items()},
             opts=pulumi.ResourceOptions(parent=self),
         )
+        if v.envs:
+            k8s.core.v1.Secret(
+                f"{name}-client-env",
+                metadata={"name": CLIENT_ENV_SECRET, "namespace": ns.metadata.name},
+                type="Opaque",
+                string_data={key: pulumi.Output.secret(value) for key, value in v.envs.items()},
+                opts=pulumi.ResourceOptions(parent=self),
+            )
         self._secret = secret
         self.secret_name = secret.metadata.name
         if s.metadata_backup.enabled:
-            self._backup(name, s, v, secret)
+            secrets = BackupSecrets(SECRET_NAME, CLIENT_ENV_SECRET)
+            target = pulumi.Output.from_input(v.bucket_url).apply(lambda url: backup_destination(v.storage, url))
+            metadata_backup(
+                f"{name}-metadata-backup", s.metadata_backup, s.namespace, v.volume_name, target, secrets, secret, self
+            )
         self.register_outputs({"secret_name": self.secret_name})
-
-    def _backup(self, name: str, s: JuiceFSSettings, v: JuiceFSSource, secret: k8s.core.v1.Secret) -> None:
-        """A CronJob that dumps the metadata and uploads it next to the data, under meta-backups/."""
-        target = pulumi.Output.from_input(v.bucket_url).apply(lambda url: backup_destination(v.storage, url))
-        k8s.batch.v1.CronJob(
-            f"{name}-metadata-backup",
-            metadata=kube.workload_metadata("juicefs-metadata-backup", s.namespace, BACKUP_RESOURCES),
-            spec=backup_cronjob_spec(s.metadata_backup, v.volume_name, target),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[secret]),
-        )
 
     def tier_class(self, tier: Tier) -> TierClass:
         """Any tier on JuiceFS: shared (RWX), object-backed, with the cache mount options."""

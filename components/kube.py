@@ -110,6 +110,17 @@ def container(name: str, image: str, resources: Resources, **fields: Any) -> dic
     }
 
 
+def cronjob_spec(schedule: str, template: dict[str, Any], kept_successes: int = 1) -> dict[str, Any]:
+    """A CronJob ``spec`` for a maintenance job: one run at a time, two retries, the last runs kept."""
+    return {
+        "schedule": schedule,
+        "concurrencyPolicy": "Forbid",
+        "successfulJobsHistoryLimit": kept_successes,
+        "failedJobsHistoryLimit": 3,
+        "jobTemplate": {"spec": {"backoffLimit": 2, "template": template}},
+    }
+
+
 def pod_template(
     labels: Mapping[str, str], containers: list[dict[str, Any]], volumes: list[dict[str, Any]], **spec: Any
 ) -> dict[str, Any]:

@@ -210,6 +210,8 @@ class MetadataEngine(pulumi.ComponentResource):
     """The DNS name clients connect to first (Redis, the Sentinels, or the managed primary endpoint)."""
     url: pulumi.Output[str]
     """JuiceFS metadata URL with the password (secret); it resolves only once the migration guard passed."""
+    client_env: dict[str, pulumi.Output[str]]
+    """Environment every JuiceFS client needs besides the URL (secret): SENTINEL_PASSWORD with Sentinels."""
 
     def __init__(self, name: str, args: MetadataEngineArgs, opts: pulumi.ResourceOptions | None = None):
         s = args.settings
@@ -230,6 +232,7 @@ class MetadataEngine(pulumi.ComponentResource):
                 endpoint = sentinel_engine(name, s, s.sentinel, s.namespace, ns, args.protect, self, args.exporter)
         self.host = endpoint.host
         self.url = pulumi.Output.all(guard, endpoint.url).apply(lambda both: both[1])
+        self.client_env = endpoint.client_env
         self.register_outputs({"engine": self.engine, "host": self.host, "url": self.url})
 
 

@@ -11,8 +11,9 @@ import pulumi
 from .acceptance import StorageAcceptance, StorageAcceptanceArgs
 from .checkpoints import OFFSITE_PREFIX, OffsiteTarget
 from .fluid import BucketSource, Fluid, FluidArgs
-from .juicefs import BACKUP_PREFIX, JuiceFS, JuiceFSArgs, JuiceFSSource
+from .juicefs import JuiceFS, JuiceFSArgs, JuiceFSSource
 from .local_nvme import LocalNVMe, LocalNVMeArgs
+from .metadata_backup import BACKUP_PREFIX
 from .metadata_engine import MetadataEngine, MetadataEngineArgs, previous_engine
 from .monitoring import Monitoring, MonitoringArgs
 from .object_store import ObjectStore, ObjectStoreArgs
@@ -93,6 +94,7 @@ class Platform(pulumi.ComponentResource):
                 store.bucket_url,
                 store.access_key,
                 store.secret_key,
+                self.metadata.client_env,
             )
             backends["juicefs"] = JuiceFS(f"{name}-juicefs", JuiceFSArgs(s.juicefs, self._volume), child)
         tiers = StorageTiers(f"{name}-tiers", StorageTiersArgs(s.tiers, backends), child)

@@ -7,6 +7,7 @@ image (Bitnami's images were frozen in 2025).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -54,6 +55,9 @@ class MetadataEndpoint:
     host: pulumi.Output[str]
     """The DNS name clients connect to first (the Redis Service, the Sentinels' Service, or the managed
     primary endpoint)."""
+    client_env: dict[str, pulumi.Output[str]] = dataclasses.field(default_factory=dict)
+    """Environment every JuiceFS client needs besides the URL (secret values): the Sentinels' password, which
+    the JuiceFS client reads from SENTINEL_PASSWORD, not from the URL."""
 
 
 def redis_conf(settings: RedisSettings, password: str, *extra: str) -> str:

@@ -2,15 +2,16 @@
 
 A StatefulSet of data nodes (a primary and its replicas, every one durable: AOF and ``noeviction``) and a
 StatefulSet of Sentinels, each pod on its own node, with PodDisruptionBudgets. One password guards the data
-nodes and the Sentinels, so the JuiceFS Sentinel URL (``redis://:PASSWORD@MASTER,S1,S2,S3:26379/DB``, the form
-the JuiceFS docs give) is all a client needs. Every pod starts through one script (``start_script``) that
-finds the current primary (ask the Sentinels, else a data node that has replicas, else the initial primary)
-and then runs ``redis-server`` or ``redis-sentinel``; the data-path tests run that script on the real
-binaries.
+nodes and the Sentinels; a JuiceFS client needs the Sentinel URL (``redis://:PASSWORD@MASTER,S1,S2:26379/DB``,
+the form the JuiceFS docs give, plus client timeouts) and ``SENTINEL_PASSWORD`` in its environment. Every pod
+starts through one script (``redis-start.sh``) that finds the current primary (ask the Sentinels, else a data
+node that has replicas, else the initial primary) and then runs ``redis-server`` or ``redis-sentinel``; the
+data-path tests run that script on the real binaries.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 import pulumi
@@ -63,6 +64,11 @@ class SentinelSettings(Section):
     """Each data node and each Sentinel must (`required`) or should (`preferred`) run on its own node."""
     resources: Resources = Resources(cpu_request="50m", memory_request="64Mi", memory_limit="256Mi")
     """Requests and limits of each Sentinel container."""
+    client_read_timeout_seconds: int = Field(5, ge=1, le=300)
+    """Seconds a JuiceFS client waits for a Redis reply before it retries (the URL's `read-timeout`; JuiceFS's
+    default is 30, which a failover can hit in full: see docs/datapath.md)."""
+    client_max_retry_backoff_seconds: int = Field(2, ge=1, le=60)
+    """Longest pause between a JuiceFS client's retries (the URL's `max-retry-backoff`; JuiceFS's default 10)."""
 
     def quorum(self) -> int:
         """Sentinels that must agree the primary is down: a majority."""
@@ -105,43 +111,7 @@ def start_script() -> str:
     """The start script of every pod: ``start.sh data|sentinel [redis-server flags]``. It reads its
     addresses from the environment (SELF_HOST, NODES, SENTINELS, REDIS_PORT, SENTINEL_PORT, MASTER_NAME,
     INITIAL_PRIMARY, CONFIG_DIR, DATA_DIR)."""
-    return r"""#!/bin/sh
-# Start a data node or a Sentinel of the JuiceFS metadata engine at the current primary.
-set -eu
-REDISCLI_AUTH="$(cat "$CONFIG_DIR/password")"
-export REDISCLI_AUTH
-
-# The primary: what the Sentinels agree on, else a data node that has replicas, else the initial primary.
-primary() {
-  for s in $SENTINELS; do
-    p="$(timeout 3 redis-cli -h "$s" -p "$SENTINEL_PORT" sentinel get-master-addr-by-name "$MASTER_NAME" \
-      2>/dev/null | head -n 1)" || p=""
-    if [ -n "$p" ]; then echo "$p"; return; fi
-  done
-  for n in $NODES; do
-    [ "$n" = "$SELF_HOST" ] && continue
-    info="$(timeout 3 redis-cli -h "$n" -p "$REDIS_PORT" info replication 2>/dev/null | tr -d '\r')" || info=""
-    case "$info" in *role:master*connected_slaves:[1-9]*) echo "$n"; return ;; esac
-  done
-  echo "$INITIAL_PRIMARY"
-}
-
-role="$1"
-shift
-at="$(primary)"
-echo "starting $role at $SELF_HOST; primary: $at"
-if [ "$role" = sentinel ]; then
-  conf="$DATA_DIR/sentinel.conf"
-  sed "s/@PRIMARY@/$at/" "$CONFIG_DIR/sentinel.conf" > "$conf"
-  echo "sentinel announce-ip $SELF_HOST" >> "$conf"
-  exec redis-sentinel "$conf" "$@"
-fi
-conf="$DATA_DIR/redis-runtime.conf"
-cp "$CONFIG_DIR/redis.conf" "$conf"
-echo "replica-announce-ip $SELF_HOST" >> "$conf"
-if [ "$at" != "$SELF_HOST" ]; then echo "replicaof $at $REDIS_PORT" >> "$conf"; fi
-exec redis-server "$conf" "$@"
-"""
+    return (Path(__file__).parent / "redis-start.sh").read_text()
 
 
 def dns(pod: str, service: str, namespace: str) -> str:
@@ -248,26 +218,23 @@ def _headless(
     )
 
 
-def sentinel_engine(
+def _config(
     name: str,
     r: RedisSettings,
     s: SentinelSettings,
-    namespace: str,
+    password: pulumi.Output[str],
     ns: k8s.core.v1.Namespace,
-    protect: bool,
-    parent: pulumi.Resource,
-    exporter: Resources | None = None,
-) -> MetadataEndpoint:
-    """Data nodes and Sentinels sharing one generated password; the metadata URL names the Sentinels."""
-    child = pulumi.ResourceOptions(parent=parent)
-    password = random.RandomPassword(f"{name}-password", length=40, special=False, opts=child)
+    exporter: Resources | None,
+    child: pulumi.ResourceOptions,
+) -> tuple[k8s.core.v1.Secret, k8s.core.v1.ConfigMap]:
+    """The config Secret (redis.conf, sentinel.conf, the password) and the start script's ConfigMap."""
     data = {
-        "redis.conf": password.result.apply(lambda p: redis_conf(r, p, *replication_lines(s, p))),
-        "sentinel.conf": password.result.apply(lambda p: sentinel_conf(s, p)),
-        "password": password.result,
+        "redis.conf": password.apply(lambda p: redis_conf(r, p, *replication_lines(s, p))),
+        "sentinel.conf": password.apply(lambda p: sentinel_conf(s, p)),
+        "password": password,
     }
     if exporter:
-        data[EXPORTER_PASSWORDS] = password.result.apply(lambda p: exporter_passwords(p, PORT, SENTINEL_PORT))
+        data[EXPORTER_PASSWORDS] = password.apply(lambda p: exporter_passwords(p, PORT, SENTINEL_PORT))
     config = k8s.core.v1.Secret(
         f"{name}-config",
         metadata={"name": "redis-config", "namespace": ns.metadata.name},
@@ -281,6 +248,39 @@ def sentinel_engine(
         data={"start.sh": start_script()},
         opts=child,
     )
+    return config, scripts
+
+
+def sentinel_url(password: pulumi.Output[str], r: RedisSettings, s: SentinelSettings, namespace: str) -> pulumi.Output:
+    """The JuiceFS Sentinel URL: the master name, every Sentinel's DNS name, one port, the database, and the
+    client's failover timing (JuiceFS reads ``read-timeout`` and ``max-retry-backoff`` from the query)."""
+    hosts = ",".join(dns(f"{SENTINEL_SERVICE}-{i}", SENTINEL_SERVICE, namespace) for i in range(s.sentinels))
+    return pulumi.Output.format(
+        "redis://:{0}@{1},{2}:{3}/{4}?read-timeout={5}s&max-retry-backoff={6}s",
+        password,
+        s.master_name,
+        hosts,
+        SENTINEL_PORT,
+        r.database,
+        s.client_read_timeout_seconds,
+        s.client_max_retry_backoff_seconds,
+    )
+
+
+def sentinel_engine(
+    name: str,
+    r: RedisSettings,
+    s: SentinelSettings,
+    namespace: str,
+    ns: k8s.core.v1.Namespace,
+    protect: bool,
+    parent: pulumi.Resource,
+    exporter: Resources | None = None,
+) -> MetadataEndpoint:
+    """Data nodes and Sentinels sharing one generated password; the metadata URL names the Sentinels."""
+    child = pulumi.ResourceOptions(parent=parent)
+    password = random.RandomPassword(f"{name}-password", length=40, special=False, opts=child)
+    config, scripts = _config(name, r, s, password.result, ns, exporter, child)
     data_labels = kube.labels("redis", "metadata-engine")
     sentinel_labels = kube.labels("redis-sentinel", "metadata-engine")
     data_service = _headless(f"{name}-service", DATA_SERVICE, PORT, ns, data_labels, parent)
@@ -306,9 +306,7 @@ def sentinel_engine(
     )
     kube.budget(f"{name}-budget", "redis", ns.metadata.name, data_labels, parent, [data])
     kube.budget(f"{name}-sentinel-budget", "redis-sentinel", ns.metadata.name, sentinel_labels, parent, [sentinels])
-    hosts = ",".join(dns(f"{SENTINEL_SERVICE}-{i}", SENTINEL_SERVICE, namespace) for i in range(s.sentinels))
-    url = pulumi.Output.format(
-        "redis://:{0}@{1},{2}:{3}/{4}", password.result, s.master_name, hosts, SENTINEL_PORT, r.database
-    )
+    url = sentinel_url(password.result, r, s, namespace)
     host = pulumi.Output.from_input(f"{SENTINEL_SERVICE}.{namespace}.svc.cluster.local")
-    return MetadataEndpoint(pulumi.Output.secret(url), host)
+    sentinel_password: pulumi.Output[str] = pulumi.Output.secret(password.result)
+    return MetadataEndpoint(pulumi.Output.secret(url), host, {"SENTINEL_PASSWORD": sentinel_password})

@@ -18,8 +18,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field
 
-from . import kube, training, volcano
-from .checkpoints import CheckpointProtection, OffsiteTarget, protect_checkpoints
+from . import kube, volcano
+from .checkpoints import CheckpointProtection, OffsiteTarget, checkpoint_claim, protect_checkpoints
 from .fluid_dataset import DatasetCache, DatasetSettings, credentials
 from .fluid_dataset import dataset as fluid_dataset
 from .jobs import JobSettings, train_job_spec, volcano_job_spec
@@ -173,7 +173,7 @@ class TeamWorkspace(pulumi.ComponentResource):
         queue = volcano.queue(f"{name}-queue", s.queue, pulumi.ResourceOptions(parent=self))
         self.queue = queue.metadata["name"]
         dataset, self.dataset_claim = self._dataset(name, s, ns, args.juicefs)
-        checkpoints = training.checkpoint_claim(
+        checkpoints = checkpoint_claim(
             f"{name}-checkpoints",
             s.checkpoint.claim,
             ns.metadata.name,

@@ -25,7 +25,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field
 
-from . import kube, versions
+from . import checkpoints, kube, versions
 from .checkpoints import CheckpointProtection, OffsiteTarget, protect_checkpoints
 from .section import ControllerSettings, DnsLabel, Problem, Quantity, Section
 from .volcano import QUEUE_ANNOTATION, SCHEDULER_NAME
@@ -137,27 +137,6 @@ def claim_volumes(dataset_claim: str, checkpoint_claim: str) -> tuple[list[dict[
     return mounts, volumes
 
 
-def checkpoint_claim(
-    resource_name: str,
-    name: str,
-    namespace: pulumi.Input[str],
-    storage_class: pulumi.Input[str],
-    size: str,
-    opts: pulumi.ResourceOptions,
-) -> k8s.core.v1.PersistentVolumeClaim:
-    """A ReadWriteMany claim on the checkpoint tier, for sharded saves from every training node."""
-    return k8s.core.v1.PersistentVolumeClaim(
-        resource_name,
-        metadata={"name": name, "namespace": namespace, "labels": kube.labels("training", "checkpoints")},
-        spec={
-            "accessModes": ["ReadWriteMany"],
-            "storageClassName": storage_class,
-            "resources": {"requests": {"storage": size}},
-        },
-        opts=opts,
-    )
-
-
 def runtime_spec(
     runtime: RuntimeSettings, checkpoint_claim: str, pod_labels: dict[str, str] | None = None
 ) -> dict[str, Any]:
@@ -261,7 +240,7 @@ class Training(pulumi.ComponentResource):
         workloads = args.workload_namespace or kube.namespace(
             f"{name}-workloads-ns", s.workload_namespace, "baseline", self
         )
-        claim = checkpoint_claim(
+        claim = checkpoints.checkpoint_claim(
             f"{name}-checkpoints",
             s.checkpoint_claim,
             workloads.metadata.name,
@@ -283,21 +262,7 @@ class Training(pulumi.ComponentResource):
         self.runtimes = []
         if s.operator == "trainer-v2":
             operator = self._trainer_v2(name, s, args.volcano)
-            for runtime in s.runtimes:
-                labels = (
-                    {f"fluid.io/dataset.{runtime.dataset_claim}.sched": "required"}
-                    if runtime.dataset_claim in args.required_datasets
-                    else None
-                )
-                cr = k8s.apiextensions.CustomResource(
-                    f"{name}-runtime-{runtime.name}",
-                    api_version="trainer.kubeflow.org/v1alpha1",
-                    kind="ClusterTrainingRuntime",
-                    metadata={"name": runtime.name, "labels": kube.labels("kubeflow-trainer", "runtime")},
-                    spec=runtime_spec(runtime, s.checkpoint_claim, labels),
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=[operator, args.volcano]),
-                )
-                self.runtimes.append(cr.metadata["name"])
+            self.runtimes = [self._runtime(name, runtime, args, [operator, args.volcano]) for runtime in s.runtimes]
         else:
             k8s.kustomize.v2.Directory(
                 f"{name}-training-operator-v1",
@@ -305,6 +270,25 @@ class Training(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[args.volcano], transforms=[_v1_transform]),
             )
         self.register_outputs({"runtimes": self.runtimes, "checkpoint_claim": self.checkpoint_claim})
+
+    def _runtime(
+        self, name: str, runtime: RuntimeSettings, args: TrainingArgs, after: list[pulumi.Resource]
+    ) -> pulumi.Output[str]:
+        """A ClusterTrainingRuntime; its pods must run beside their dataset's cache where Fluid requires it."""
+        labels = (
+            {f"fluid.io/dataset.{runtime.dataset_claim}.sched": "required"}
+            if runtime.dataset_claim in args.required_datasets
+            else None
+        )
+        cr = k8s.apiextensions.CustomResource(
+            f"{name}-runtime-{runtime.name}",
+            api_version="trainer.kubeflow.org/v1alpha1",
+            kind="ClusterTrainingRuntime",
+            metadata={"name": runtime.name, "labels": kube.labels("kubeflow-trainer", "runtime")},
+            spec=runtime_spec(runtime, args.settings.checkpoint_claim, labels),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=after),
+        )
+        return cr.metadata["name"]
 
     def _trainer_v2(self, name: str, s: TrainingSettings, volcano: pulumi.Resource) -> k8s.helm.v3.Release:
         # restricted: the manager and the JobSet controller run non-root, no capabilities, RuntimeDefault seccomp.

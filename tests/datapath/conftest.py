@@ -47,7 +47,27 @@ def generated_config(stack: str = "dev") -> dict:
         "offsite_script": copy["command"][-1],
         "offsite_env": {e["name"]: e["value"] for e in copy["env"]},
         "mount_pod_post_start": list(patch["lifecycle"]["postStart"]["exec"]["command"]),
+        # With engine sentinel (the prod stack): sentinel.conf, the start script every metadata pod runs, and the
+        # environment the data StatefulSet gives it; the volume Secret's metaurl is then the Sentinel URL.
+        "sentinel_conf": redis_config.get("sentinel.conf"),
+        "password": redis_config["password"],
+        "start_script": (state.get("ai-storage-metadata-start-script") or {}).get("data", {}).get("start.sh"),
+        "start_env": _env(state.get("ai-storage-metadata-redis")),
+        "start_data_args": _command(state.get("ai-storage-metadata-redis"))[3:],  # after `sh start.sh data`
     }
+
+
+def _command(statefulset: dict | None) -> list[str]:
+    """The command of a StatefulSet's first container."""
+    return list(statefulset["spec"]["template"]["spec"]["containers"][0]["command"]) if statefulset else []
+
+
+def _env(statefulset: dict | None) -> dict[str, str]:
+    """The literal environment of a StatefulSet's first container."""
+    if not statefulset:
+        return {}
+    env = statefulset["spec"]["template"]["spec"]["containers"][0].get("env") or []
+    return {e["name"]: e["value"] for e in env if "value" in e}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -70,6 +90,12 @@ def pytest_terminal_summary(terminalreporter):
 @pytest.fixture(scope="session")
 def generated() -> dict:
     return generated_config()
+
+
+@pytest.fixture(scope="session")
+def generated_prod() -> dict:
+    """The prod stack's generated config: its metadata engine is Redis with Sentinel."""
+    return generated_config("prod")
 
 
 @pytest.fixture(scope="session")

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import re
 import shutil
@@ -39,7 +40,7 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 LOOPBACK = "127.0.0.1"
@@ -86,17 +87,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait_port(port: int, proc: subprocess.Popen, what: str, log: Path, timeout: float) -> None:
+def _wait_port(port: int, proc: subprocess.Popen, what: str, log: Path, timeout: float, host: str = LOOPBACK) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise HarnessError(f"{what} exited with {proc.returncode}:\n{_tail(log)}")
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.settimeout(0.2)
-            if s.connect_ex((LOOPBACK, port)) == 0:
+            if s.connect_ex((host, port)) == 0:
                 return
         time.sleep(0.05)
-    raise HarnessError(f"{what} did not listen on {LOOPBACK}:{port} within {timeout}s:\n{_tail(log)}")
+    raise HarnessError(f"{what} did not listen on {host}:{port} within {timeout}s:\n{_tail(log)}")
 
 
 def _tail(path: Path, lines: int = 25) -> str:
@@ -272,10 +273,11 @@ class S3Handle:
     secret_key: str
     log_path: Path
     process: subprocess.Popen
+    host: str = LOOPBACK
 
     @property
     def endpoint(self) -> str:
-        return f"http://{LOOPBACK}:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def client(self):
         import boto3
@@ -298,25 +300,33 @@ class S3Handle:
 
 @contextlib.contextmanager
 def moto_s3(
-    workdir: str | os.PathLike, *, bucket: str, access_key: str, secret_key: str, timeout: float = 30
+    workdir: str | os.PathLike,
+    *,
+    bucket: str,
+    access_key: str,
+    secret_key: str,
+    timeout: float = 30,
+    host: str = LOOPBACK,
+    wrap: Sequence[str] = (),
 ) -> Iterator[S3Handle]:
-    """Start ``moto_server`` on 127.0.0.1 and create ``bucket`` with boto3."""
+    """Start ``moto_server`` on ``host`` (127.0.0.1) and create ``bucket`` with boto3. ``wrap`` prefixes the
+    command (``ip netns exec NS`` runs it in a network namespace)."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     log_path = workdir / "moto.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [find_binary("moto_server"), "-H", LOOPBACK, "-p", str(port)],
+            [*wrap, find_binary("moto_server"), "-H", host, "-p", str(port)],
             cwd=workdir,
             stdout=log,
             stderr=subprocess.STDOUT,
             env=subprocess_env(),
             start_new_session=True,
         )
-    handle = S3Handle(port, bucket, access_key, secret_key, log_path, proc)
+    handle = S3Handle(port, bucket, access_key, secret_key, log_path, proc, host)
     try:
-        _wait_port(port, proc, "moto_server", log_path, timeout)
+        _wait_port(port, proc, "moto_server", log_path, timeout, host)
         handle.client().create_bucket(Bucket=bucket)
         yield handle
     finally:
@@ -421,8 +431,14 @@ def format_volume(secret: Mapping[str, str], *, format_options: Sequence[str] = 
     args = ["format", "--storage", secret["storage"], "--bucket", secret["bucket"]]
     args += options_to_flags([*secret_format_options(secret), *format_options])
     args += [secret["metaurl"], secret["name"]]
-    env = subprocess_env(ACCESS_KEY=secret["access-key"], SECRET_KEY=secret["secret-key"])
+    env = subprocess_env(ACCESS_KEY=secret["access-key"], SECRET_KEY=secret["secret-key"], **client_env(secret))
     return run_juicefs(args, env=env, timeout=timeout).stderr
+
+
+def client_env(secret: Mapping[str, str]) -> dict[str, str]:
+    """The Secret's optional ``envs`` (a JSON object): environment variables the JuiceFS CSI driver gives the
+    client (``juicefs format`` and the mount pod), e.g. ``SENTINEL_PASSWORD``."""
+    return dict(json.loads(secret["envs"])) if secret.get("envs") else {}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -714,8 +730,10 @@ def juicefs_mount(
     log_path: str | os.PathLike | None = None,
     spec: Mapping[str, bool] | None = None,
     timeout: float = 60,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[MountHandle]:
-    """``juicefs mount -d`` with the tier's options (cache-dir rewritten); unmount on exit.
+    """``juicefs mount -d`` with the tier's options (cache-dir rewritten) and the client environment ``env``
+    (the volume Secret's ``envs``); unmount on exit.
 
     Raises :class:`FuseUnavailable` when FUSE itself is missing and :class:`MountError` for anything
     else, with the command line and the tail of the client's log.
@@ -742,7 +760,7 @@ def juicefs_mount(
         str(mountpoint),
     ]
     log_offset = log_path.stat().st_size if log_path.exists() else 0
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=subprocess_env())
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=subprocess_env(**(env or {})))
     handle = MountHandle(mountpoint, args.cache_dirs, argv, log_path, metrics_port, args.fuse_options, log_offset)
     try:
         if proc.returncode != 0 or not is_mounted(mountpoint):
@@ -790,6 +808,7 @@ class Stack:
             self.secret["metaurl"],
             self.workdir / name,
             mount_options,
+            env=client_env(self.secret),
             cache_root=kw.pop("cache_root", self.workdir / f"{name}-cache"),
             log_path=kw.pop("log_path", self.workdir / f"{name}-juicefs.log"),
             **kw,
@@ -803,8 +822,10 @@ def datapath_stack(
     workdir: str | os.PathLike | None = None,
     *,
     format_options: Sequence[str] = (),
+    object_store: Callable[..., contextlib.AbstractContextManager[S3Handle]] | None = None,
 ) -> Iterator[Stack]:
-    """redis-server (generated conf) + moto S3 (bucket created) + ``juicefs format`` (generated Secret)."""
+    """redis-server (generated conf) + moto S3 (bucket created) + ``juicefs format`` (generated Secret).
+    ``object_store`` replaces :func:`moto_s3` (same arguments), e.g. with an S3 behind a shaped link."""
     with contextlib.ExitStack() as stack:
         if workdir is None:
             workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="datapath-"))
@@ -812,7 +833,7 @@ def datapath_stack(
         workdir.mkdir(parents=True, exist_ok=True)
         redis = stack.enter_context(redis_server(redis_conf, workdir))
         s3 = stack.enter_context(
-            moto_s3(
+            (object_store or moto_s3)(
                 workdir,
                 bucket=bucket_name(volume_secret["bucket"]),
                 access_key=volume_secret["access-key"],

@@ -128,7 +128,8 @@ def test_the_metadata_url_is_the_sentinel_form_and_secret(build):
 
     result, _ = build(program)
     sentinels = ",".join(f"redis-sentinel-{i}.redis-sentinel.juicefs-meta.svc.cluster.local" for i in range(3))
-    assert url["url"] == f"redis://:mock-meta-password@juicefs,{sentinels}:26379/1"
+    timing = "read-timeout=5s&max-retry-backoff=2s"  # fail over in seconds, not JuiceFS's default 30 s read timeout
+    assert url["url"] == f"redis://:mock-meta-password@juicefs,{sentinels}:26379/1?{timing}"
     assert result.outputs["url"] == "[secret]"
     assert result.outputs["host"] == "redis-sentinel.juicefs-meta.svc.cluster.local"
 
@@ -217,6 +218,16 @@ def test_an_unprotected_stack_may_run_one_redis():
             "at most",
         ),
         ({"metadata": {"sentinel": {"downAfterSeconds": 0}}}, "metadata.sentinel.downAfterSeconds", ">= 1"),
+        (
+            {"metadata": {"sentinel": {"clientReadTimeoutSeconds": 0}}},
+            "metadata.sentinel.clientReadTimeoutSeconds",
+            ">= 1",
+        ),
+        (
+            {"metadata": {"sentinel": {"clientMaxRetryBackoffSeconds": "soon"}}},
+            "metadata.sentinel.clientMaxRetryBackoffSeconds",
+            "whole number",
+        ),
         ({"metadata": {"sentinel": {"masterName": "Primary"}}}, "metadata.sentinel.masterName", "DNS label"),
         ({"metadata": {"engine": "elasticache"}}, "metadata.engine", "objectStore.backend is s3"),
         ({"metadata": {"engine": "elasticache"}}, "metadata.elasticache.subnetIds", "expected at least one"),

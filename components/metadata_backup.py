@@ -1,0 +1,122 @@
+"""The JuiceFS metadata backup: a CronJob that runs ``juicefs dump`` (the object store's secret key redacted)
+and uploads the dump next to the data, under ``meta-backups/``, where the bucket expires old dumps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+from pydantic import Field
+
+from . import kube
+from .bucket import object_url, sync_container
+from .section import Resources, Section
+
+
+class BackupSettings(Section):
+    """Scheduled `juicefs dump` of the metadata to the object store."""
+
+    enabled: bool = True
+    """Run the metadata backup CronJob."""
+    schedule: str = Field("17 */6 * * *", pattern=r"^(\S+\s+){4}\S+$")
+    """Cron schedule of the backup (five fields, cluster time zone)."""
+    retention_days: int = Field(14, ge=1, le=3650)
+    """Days a backup is kept; the bucket expires older ones under `meta-backups/`."""
+
+
+BACKUP_PREFIX = "meta-backups/"
+
+
+def backup_destination(storage: str, bucket_url: str) -> tuple[str, list[str]]:
+    """Where ``juicefs sync`` uploads the dumps (a JuiceFS object URL) and the flags it needs."""
+    return object_url(storage, bucket_url, BACKUP_PREFIX)
+
+
+def backup_script(sync_flags: list[str]) -> str:
+    """Shell the backup CronJob runs: dump the metadata (secret key redacted), upload it to $DESTINATION."""
+    flags = " ".join(sync_flags)
+    return "\n".join(
+        [
+            "set -eu",
+            "# Credentials come from the volume Secret mounted as files, never from the environment.",
+            'METAURL="$(cat "$SECRETS/metaurl")"',
+            'AWS_ACCESS_KEY_ID="$(cat "$SECRETS/access-key")"',
+            'AWS_SECRET_ACCESS_KEY="$(cat "$SECRETS/secret-key")"',
+            "export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY",
+            "# The client's environment (SENTINEL_PASSWORD with Sentinels), one file per variable.",
+            'for f in "$CLIENT_ENV"/*; do [ -f "$f" ] && export "$(basename "$f")=$(cat "$f")"; done',
+            'stamp="$(date -u +%Y%m%dT%H%M%SZ)"',
+            "mkdir -p /backup/out",
+            'juicefs dump --threads 4 "$METAURL" "/backup/out/$VOLUME-$stamp.json.gz"',
+            f'juicefs sync {flags} /backup/out/ "$DESTINATION"'.replace("  ", " "),
+            'echo "metadata backup $VOLUME-$stamp.json.gz uploaded to $DESTINATION"',
+            "",
+        ]
+    )
+
+
+BACKUP_RESOURCES = Resources(cpu_request="100m", cpu_limit="1", memory_request="256Mi", memory_limit="2Gi")
+SECRETS_DIR = "/run/secrets/juicefs"
+"""Where the backup reads the volume Secret (files, never environment variables)."""
+CLIENT_ENV_DIR = "/run/secrets/juicefs-env"
+
+
+@dataclass(frozen=True)
+class BackupSecrets:
+    """The Secrets the backup reads as files: the volume Secret and the client's environment (optional)."""
+
+    volume: str
+    client_env: str
+
+
+def backup_cronjob_spec(
+    backup: BackupSettings, volume_name: str, target: pulumi.Output[tuple[str, list[str]]], secrets: BackupSecrets
+) -> dict[str, Any]:
+    """The backup CronJob's ``spec``: one run at a time, ``juicefs dump`` then ``juicefs sync`` to ``target``
+    (the destination and its sync flags)."""
+    dump = sync_container(
+        "dump",
+        BACKUP_RESOURCES,
+        backup_script,
+        target,
+        env=[
+            {"name": "VOLUME", "value": volume_name},
+            {"name": "SECRETS", "value": SECRETS_DIR},
+            {"name": "CLIENT_ENV", "value": CLIENT_ENV_DIR},
+        ],
+        mounts=[
+            {"name": "backup", "mountPath": "/backup"},
+            {"name": "volume", "mountPath": SECRETS_DIR, "readOnly": True},
+            {"name": "client-env", "mountPath": CLIENT_ENV_DIR, "readOnly": True},
+        ],
+    )
+    volumes = [
+        {"name": "backup", "emptyDir": {}},
+        kube.TMP_VOLUME,
+        {"name": "volume", "secret": {"secretName": secrets.volume}},
+        {"name": "client-env", "secret": {"secretName": secrets.client_env, "optional": True}},
+    ]
+    labels = kube.labels("juicefs-metadata-backup", "metadata-backup")
+    template = kube.pod_template(labels, [dump], volumes, restartPolicy="OnFailure")
+    return kube.cronjob_spec(backup.schedule, template, kept_successes=3)
+
+
+def metadata_backup(
+    name: str,
+    backup: BackupSettings,
+    namespace: str,
+    volume_name: str,
+    target: pulumi.Output[tuple[str, list[str]]],
+    secrets: BackupSecrets,
+    after: pulumi.Resource,
+    parent: pulumi.Resource,
+) -> k8s.batch.v1.CronJob:
+    """The backup CronJob in ``namespace``, created once ``after`` (the volume Secret) exists."""
+    return k8s.batch.v1.CronJob(
+        name,
+        metadata=kube.workload_metadata("juicefs-metadata-backup", namespace, BACKUP_RESOURCES),
+        spec=backup_cronjob_spec(backup, volume_name, target, secrets),
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=[after]),
+    )
