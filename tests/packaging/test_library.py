@@ -1,5 +1,6 @@
-"""The component library installs with pip and imports under its own name; the team-training example installs
-it from its requirements.txt and renders with it."""
+"""The component library installs with pip and imports under its own name, with its data files; the team-training
+example installs it from its requirements.txt and renders with it. Slow (a fresh virtualenv): marked
+``packaging``, so ``pytest -m 'not packaging'`` leaves it out of a quick run; CI runs it."""
 
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from components import versions
 from components.render import ROOT, rendering
 from components.render import run as run_stack
 from tests.conformance.upstream import validate_object
+
+pytestmark = pytest.mark.packaging
 
 
 @pytest.fixture(scope="module")
@@ -47,11 +51,13 @@ def test_library_installs_into_a_fresh_virtualenv_and_imports(fresh_venv, tmp_pa
     run([str(venv / "bin" / "pip"), "install", "--no-deps", "--quiet", str(source)], tmp_path)
     check = (
         "import ai_storage_platform.settings as p, ai_storage_platform.versions as v\n"
+        "import ai_storage_platform.redis_sentinel as r\n"
         "s = p.load_settings('prod', {})\n"
-        "print(s.object_store.backend, v.JUICEFS_CSI.version, p.__file__)\n"
+        "print(s.object_store.backend, v.JUICEFS_CSI.version, r.start_script().split()[0], p.__file__)\n"
     )
-    backend, version, path = run([str(venv / "bin" / "python"), "-c", check], tmp_path).split()
-    assert (backend, version) == ("s3", "0.32.4")
+    backend, version, shebang, path = run([str(venv / "bin" / "python"), "-c", check], tmp_path).split()
+    assert (backend, version) == ("s3", versions.JUICEFS_CSI.version)  # prod's profile, the same pins
+    assert shebang == "#!/bin/sh"  # the Sentinel pods' start script ships as package data
     assert str(venv) in path  # imported from the installed copy, profiles included
 
 
