@@ -3,32 +3,44 @@
 import pytest
 import yaml
 
+from components import versions
 from components.__main__ import main
 from components.settings import SettingsError, load_settings
-from components.volcano import QueueResources, QueueSettings, queue_spec
+from components.volcano import QueueResources, QueueSettings, Volcano, VolcanoArgs, VolcanoSettings, queue_spec
 from tests.conftest import by_name, objects
 
+TEAM_A = {"name": "team-a", "weight": 2, "capability": {"cpu": "32", "memory": "128Gi", "gpu": 4}}
 
-def test_chart_is_a_pinned_release_that_waits_for_readiness(render_stack):
-    result, _ = render_stack("dev")
-    chart = next(c for c in result.charts if c["chart"] == "volcano")
-    assert (chart["version"], chart["namespace"]) == ("1.15.1", "volcano-system")
-    assert chart["values"]["basic"]["image_tag_version"] == "v1.15.1"
-    release = next(r for r in result.plan["resources"] if r["name"] == "ai-storage-volcano-release")
+
+def volcano(**settings: object) -> Volcano:
+    return Volcano("volcano", VolcanoArgs(VolcanoSettings.model_validate({"enabled": True, **settings})))
+
+
+def test_chart_is_a_pinned_release_that_waits_for_readiness(build):
+    result, _ = build(volcano)
+    (chart,) = result.charts
+    assert (chart["chart"], chart["version"], chart["repo"]) == (
+        versions.VOLCANO.chart,
+        versions.VOLCANO.version,
+        versions.VOLCANO.repo,
+    )
+    assert chart["namespace"] == "volcano-system"
+    assert chart["values"]["basic"]["image_tag_version"] == versions.VOLCANO_IMAGE_TAG
+    release = next(r for r in result.plan["resources"] if r["name"] == "volcano-release")
     assert release["inputs"].get("skipAwait", False) is False
 
 
-def test_dev_queues_carry_weight_capability_and_wait_for_the_release(render_stack):
-    result, _ = render_stack("dev")
-    names = {q["metadata"]["name"] for q in objects(result, "Queue")}
-    assert {"team-a", "team-b"} <= names
+def test_queues_carry_weight_capability_and_wait_for_the_release(build):
+    result, _ = build(lambda: volcano(queues=[TEAM_A, {"name": "team-b"}]))
+    assert {q["metadata"]["name"] for q in objects(result, "Queue")} == {"team-a", "team-b"}
     team_a = by_name(result, "Queue", "team-a")
     assert team_a["apiVersion"] == "scheduling.volcano.sh/v1beta1"
     assert team_a["spec"]["weight"] == 2
     assert team_a["spec"]["capability"] == {"cpu": "32", "memory": "128Gi", "nvidia.com/gpu": 4}
-    for r in result.plan["resources"]:
-        if r["type"] == "kubernetes:scheduling.volcano.sh/v1beta1:Queue":
-            assert "ai-storage-volcano-release" in r["dependsOn"]
+    queues = [r for r in result.plan["resources"] if r["type"] == "kubernetes:scheduling.volcano.sh/v1beta1:Queue"]
+    assert len(queues) == 2
+    for r in queues:
+        assert "volcano-release" in r["dependsOn"]
 
 
 def test_guarantee_and_deserved_are_rendered_only_where_set():
