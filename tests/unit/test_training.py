@@ -7,17 +7,33 @@ import yaml
 
 from components import training, versions
 from components.settings import SettingsError, load_settings
-from components.training import GANG_FLAG, v1_operator_transform
+from components.training import GANG_FLAG, Training, TrainingArgs, TrainingSettings, v1_operator_transform
+from components.volcano import Volcano, VolcanoArgs, VolcanoSettings
 from tests.conformance.upstream import UPSTREAM, validate_kubernetes_object
 from tests.conftest import by_name, objects
 
 V1_DEPLOYMENT = Path(UPSTREAM) / "kubeflow-training-operator-v1" / "base" / "deployment.yaml"
 
 
-def test_trainer_chart_is_pinned_with_jobset_and_no_runtime_installer(render_stack):
-    result, _ = render_stack("dev")
-    chart = next(c for c in result.charts if c["chart"] == "kubeflow-trainer")
-    assert (chart["repo"], chart["version"]) == ("oci://ghcr.io/kubeflow/charts", "2.3.0")
+RUNTIME = {"name": "torch-distributed-team-a", "queue": "team-a", "numNodes": 2, "datasetClaim": "imagenet-mini"}
+
+
+def training_on_volcano(required: tuple[str, ...] = (), **settings: object) -> Training:
+    volcano = Volcano("volcano", VolcanoArgs(VolcanoSettings(enabled=True)))
+    s = TrainingSettings.model_validate({"enabled": True, "runtimes": [RUNTIME], **settings})
+    return Training("training", TrainingArgs(s, volcano.release, "ai-checkpoint", required_datasets=required))
+
+
+def runtime_pod(result):
+    spec = by_name(result, "ClusterTrainingRuntime", "torch-distributed-team-a")["spec"]
+    return spec["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+
+
+def test_trainer_chart_is_pinned_with_jobset_and_no_runtime_installer(build):
+    result, _ = build(training_on_volcano)
+    pin = versions.KUBEFLOW_TRAINER
+    chart = next(c for c in result.charts if c["chart"] == pin.chart)
+    assert (chart["repo"], chart["version"]) == (pin.repo, pin.version)
     values = chart["values"]
     assert values["jobset"]["install"] is True
     runtimes = values["runtimes"]
@@ -28,24 +44,21 @@ def test_trainer_chart_is_pinned_with_jobset_and_no_runtime_installer(render_sta
     assert values["dataCache"]["runtimes"]["torchDistributedWithCache"]["enabled"] is False
 
 
-def test_runtime_is_gang_scheduled_by_volcano_in_its_queue(render_stack):
-    result, _ = render_stack("dev")
-    rt = by_name(result, "ClusterTrainingRuntime", "torch-distributed-team-a")
-    spec = rt["spec"]
+def test_runtime_is_gang_scheduled_by_volcano_in_its_queue(build):
+    result, _ = build(training_on_volcano)
+    spec = by_name(result, "ClusterTrainingRuntime", "torch-distributed-team-a")["spec"]
     assert spec["podGroupPolicy"] == {"volcano": {}}
     assert spec["mlPolicy"]["numNodes"] == 2
     # The Trainer's Volcano plugin reads the queue from the JobSet template's annotations.
     assert spec["template"]["metadata"]["annotations"]["scheduling.volcano.sh/queue-name"] == "team-a"
-    pod = spec["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    pod = runtime_pod(result)
     assert pod["metadata"]["annotations"]["scheduling.volcano.sh/queue-name"] == "team-a"
     assert pod["spec"]["schedulerName"] == "volcano"
 
 
-def test_runtime_mounts_the_dataset_read_only_and_the_checkpoint_claim(render_stack):
-    result, _ = render_stack("dev")
-    pod = by_name(result, "ClusterTrainingRuntime", "torch-distributed-team-a")["spec"]["template"]["spec"][
-        "replicatedJobs"
-    ][0]["template"]["spec"]["template"]["spec"]
+def test_runtime_mounts_the_dataset_read_only_and_the_checkpoint_claim(build):
+    result, _ = build(training_on_volcano)
+    pod = runtime_pod(result)["spec"]
     mounts = {m["mountPath"]: m for m in pod["containers"][0]["volumeMounts"]}
     assert mounts["/data"]["readOnly"] is True and "readOnly" not in mounts["/checkpoints"]
     claims = {v["name"]: v["persistentVolumeClaim"] for v in pod["volumes"]}
@@ -53,38 +66,53 @@ def test_runtime_mounts_the_dataset_read_only_and_the_checkpoint_claim(render_st
     assert claims["checkpoints"] == {"claimName": "checkpoints"}
 
 
-def test_checkpoint_claim_is_rwx_on_the_checkpoint_tier_class(render_stack):
-    result, _ = render_stack("dev", tiers={"namePrefix": "ai-"})
+def test_checkpoint_claim_is_rwx_on_the_checkpoint_class_it_is_given(build):
+    result, _ = build(training_on_volcano)
     pvc = by_name(result, "PersistentVolumeClaim", "checkpoints")
     assert pvc["metadata"]["namespace"] == "training"
     assert pvc["spec"]["storageClassName"] == "ai-checkpoint"
     assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
 
 
-def test_runtime_and_operator_wait_for_their_charts(render_stack):
-    result, _ = render_stack("dev")
+def test_runtime_and_operator_wait_for_their_charts(build):
+    result, _ = build(training_on_volcano)
     deps = {r["name"]: r["dependsOn"] for r in result.plan["resources"]}
-    assert "ai-storage-volcano-release" in deps["ai-storage-training-trainer"]
-    runtime = deps["ai-storage-training-runtime-torch-distributed-team-a"]
-    assert {"ai-storage-training-trainer", "ai-storage-volcano-release"} <= set(runtime)
+    assert "volcano-release" in deps["training-trainer"]
+    runtime = deps["training-runtime-torch-distributed-team-a"]
+    assert {"training-trainer", "volcano-release"} <= set(runtime)
 
 
-def test_required_data_affinity_labels_runtime_pods(render_stack):
-    result, _ = render_stack("dev", fluid={"dataAffinity": "required"})
-    pod = by_name(result, "ClusterTrainingRuntime", "torch-distributed-team-a")["spec"]["template"]["spec"][
-        "replicatedJobs"
-    ][0]["template"]["spec"]["template"]
-    assert pod["metadata"]["labels"] == {"fluid.io/dataset.imagenet-mini.sched": "required"}
+def test_runtime_pods_are_labelled_only_for_datasets_with_required_affinity(build):
+    result, _ = build(lambda: training_on_volcano(required=("imagenet-mini",)))
+    assert runtime_pod(result)["metadata"]["labels"] == {"fluid.io/dataset.imagenet-mini.sched": "required"}
+    result, _ = build(lambda: training_on_volcano(required=("coco",)))
+    assert "labels" not in runtime_pod(result)["metadata"]
 
 
-def test_v1_operator_is_the_pinned_overlay_after_volcano(render_stack):
-    result, _ = render_stack("dev", training={"operator": "training-operator-v1", "runtimes": []})
+def test_v1_operator_is_the_pinned_overlay_after_volcano(build):
+    result, _ = build(lambda: training_on_volcano(operator="training-operator-v1", runtimes=[]))
     assert not objects(result, "ClusterTrainingRuntime")
-    assert not [c for c in result.charts if c["chart"] == "kubeflow-trainer"]
-    directory = next(r for r in result.plan["resources"] if r["name"] == "ai-storage-training-training-operator-v1")
+    assert [c["chart"] for c in result.charts] == [versions.VOLCANO.chart]  # no kubeflow-trainer release
+    directory = next(r for r in result.plan["resources"] if r["name"] == "training-training-operator-v1")
     assert directory["inputs"]["directory"] == versions.TRAINING_OPERATOR_V1_KUSTOMIZE
-    assert "v1.9.4" in directory["inputs"]["directory"]
-    assert "ai-storage-volcano-release" in directory["dependsOn"]
+    assert "volcano-release" in directory["dependsOn"]
+
+
+def test_the_platform_wires_volcano_fluid_affinity_and_the_checkpoint_tier_into_training(render_stack):
+    # Stays on render_stack: what it checks is the Platform's wiring between components (the Volcano release,
+    # Fluid's required affinity for datasets in the workload namespace, the checkpoint tier's class), which only
+    # a whole stack has. The scheduling sections are given here, so only the rest comes from the dev stack.
+    result, _ = render_stack(
+        "dev",
+        volcano={"queues": [{"name": "team-a"}]},
+        training={"runtimes": [RUNTIME]},
+        fluid={"dataAffinity": "required", "datasets": [{"name": "imagenet-mini"}]},
+        tiers={"namePrefix": "ai-"},
+    )
+    assert runtime_pod(result)["metadata"]["labels"] == {"fluid.io/dataset.imagenet-mini.sched": "required"}
+    assert by_name(result, "PersistentVolumeClaim", "checkpoints")["spec"]["storageClassName"] == "ai-checkpoint"
+    deps = {r["name"]: r["dependsOn"] for r in result.plan["resources"]}
+    assert "ai-storage-volcano-release" in deps["ai-storage-training-runtime-torch-distributed-team-a"]
 
 
 def test_v1_transform_pins_the_image_and_adds_gang_scheduling_to_the_upstream_deployment():
