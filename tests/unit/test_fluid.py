@@ -3,27 +3,44 @@
 import pytest
 import yaml
 
+from components import versions
 from components.__main__ import main
-from components.fluid import FluidSettings, chart_values
+from components.fluid import Fluid, FluidArgs, FluidSettings, chart_values
+from components.fluid_dataset import BucketSource
+from components.juicefs import JuiceFSSource
 from components.settings import SettingsError, load_settings
 from tests.conftest import by_name, objects
 
+VOLUME = JuiceFSSource("ai-datasets", "redis://meta", "minio", "http://minio:9000/ai-datasets-dev", "ak", "sk")
+BUCKET = BucketSource("http://minio.object-store.svc.cluster.local:9000", "ai-datasets-dev", "ak", "sk")
+IMAGENET = {
+    "name": "imagenet-mini",
+    "path": "/datasets/imagenet-mini",
+    "cache": [{"medium": "MEM", "path": "/dev/shm", "quota": "2Gi"}],
+    "prewarm": True,
+}
 
-def test_chart_namespace_is_created_and_set_as_the_namespace_value(render_stack):
-    result, _ = render_stack("dev")
-    chart = next(c for c in result.charts if c["chart"] == "fluid")
-    assert chart["version"] == "1.0.8"
+
+def fluid(*datasets: dict[str, object]) -> Fluid:
+    settings = FluidSettings.model_validate({"enabled": True, "datasets": list(datasets)})
+    return Fluid("fluid", FluidArgs(settings, BUCKET, VOLUME))
+
+
+def test_chart_namespace_is_created_and_set_as_the_namespace_value(build):
+    result, _ = build(fluid)
+    (chart,) = result.charts
+    assert (chart["chart"], chart["version"]) == (versions.FLUID.chart, versions.FLUID.version)
     assert chart["namespace"] == chart["values"]["namespace"] == "fluid-system"
     ns = by_name(result, "Namespace", "fluid-system")
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
 
 
-def test_juicefs_dataset_mounts_the_platform_volume_with_secret_credentials(render_stack):
-    result, _ = render_stack("dev")
+def test_juicefs_dataset_mounts_the_platform_volume_with_secret_credentials(build):
+    result, _ = build(lambda: fluid(IMAGENET))
     ds = by_name(result, "Dataset", "imagenet-mini")
     mount = ds["spec"]["mounts"][0]
     assert mount["mountPoint"] == "juicefs:///datasets/imagenet-mini"
-    assert mount["name"] == "ai-datasets"  # the JuiceFS volume's name
+    assert mount["name"] == VOLUME.volume_name
     assert mount["options"]["storage"] == "minio"
     secret = by_name(result, "Secret", "fluid-dataset-credentials-juicefs")
     assert secret["metadata"]["namespace"] == ds["metadata"]["namespace"] == "training"
@@ -33,8 +50,8 @@ def test_juicefs_dataset_mounts_the_platform_volume_with_secret_credentials(rend
     assert refs == {k: {"name": secret["metadata"]["name"], "key": k} for k in ("metaurl", "access-key", "secret-key")}
 
 
-def test_runtime_has_replicas_and_tiered_cache_and_dataload_prewarms(render_stack):
-    result, _ = render_stack("dev")
+def test_runtime_has_replicas_and_tiered_cache_and_dataload_prewarms(build):
+    result, _ = build(lambda: fluid(IMAGENET))
     runtime = by_name(result, "JuiceFSRuntime", "imagenet-mini")
     assert runtime["spec"]["replicas"] == 1
     assert runtime["spec"]["tieredstore"]["levels"] == [
@@ -45,14 +62,15 @@ def test_runtime_has_replicas_and_tiered_cache_and_dataload_prewarms(render_stac
     assert load["spec"]["target"] == [{"path": "/"}]
 
 
-def test_every_fluid_resource_waits_for_the_chart(render_stack):
-    result, _ = render_stack("dev")
-    for r in result.plan["resources"]:
-        if r["type"].startswith("kubernetes:data.fluid.io/"):
-            assert "ai-storage-fluid-release" in r["dependsOn"], r["name"]
+def test_every_fluid_resource_waits_for_the_chart(build):
+    result, _ = build(lambda: fluid(IMAGENET))
+    ours = [r for r in result.plan["resources"] if r["type"].startswith("kubernetes:data.fluid.io/")]
+    assert len(ours) == 3  # the Dataset, its runtime and its DataLoad
+    for r in ours:
+        assert "fluid-release" in r["dependsOn"], r["name"]
 
 
-def test_alluxio_dataset_reads_the_bucket_over_s3(render_stack):
+def test_alluxio_dataset_reads_the_bucket_over_s3(build):
     dataset = {
         "name": "coco",
         "runtime": "alluxio",
@@ -60,15 +78,31 @@ def test_alluxio_dataset_reads_the_bucket_over_s3(render_stack):
         "replicas": 2,
         "cache": [{"medium": "SSD", "path": "/mnt/nvme/fluid", "quota": "100Gi", "high": 0.9, "low": 0.6}],
     }
-    result, _ = render_stack("dev", fluid={"datasets": [dataset]})
+    result, _ = build(lambda: fluid(dataset))
     mount = by_name(result, "Dataset", "coco")["spec"]["mounts"][0]
     assert mount["mountPoint"] == "s3://ai-datasets-dev/coco/"
-    assert mount["options"]["alluxio.underfs.s3.endpoint"] == "http://minio.object-store.svc.cluster.local:9000"
+    assert mount["options"]["alluxio.underfs.s3.endpoint"] == BUCKET.endpoint
     assert [o["name"] for o in mount["encryptOptions"]] == ["aws.accessKeyId", "aws.secretKey"]
     runtime = by_name(result, "AlluxioRuntime", "coco")
     assert runtime["spec"]["replicas"] == 2
     assert runtime["spec"]["tieredstore"]["levels"][0]["mediumtype"] == "SSD"
     assert not objects(result, "DataLoad")
+
+
+def test_the_platform_backs_datasets_with_its_juicefs_volume_and_its_bucket(render_stack):
+    # Stays on render_stack: it checks the Platform's wiring (the JuiceFS volume and the object store bucket it
+    # hands Fluid), which only a whole stack has. The datasets are given here; the rest comes from the dev stack.
+    coco = {"name": "coco", "runtime": "alluxio", "path": "/coco/"}
+    result, _ = render_stack(
+        "dev", juicefs={"volumeName": "shared"}, fluid={"datasets": [{"name": "imagenet-mini"}, coco]}
+    )
+    out = result.outputs
+    volume = by_name(result, "Dataset", "imagenet-mini")["spec"]["mounts"][0]
+    assert volume["name"] == "shared"
+    assert volume["options"] == {"storage": out["objectStoreStorage"], "bucket": out["objectStoreBucketUrl"]}
+    bucket = by_name(result, "Dataset", "coco")["spec"]["mounts"][0]
+    assert bucket["mountPoint"] == f"s3://{out['objectStoreBucket']}/coco/"
+    assert bucket["options"]["alluxio.underfs.s3.endpoint"] == out["objectStoreEndpoint"]
 
 
 def test_data_affinity_sets_the_webhook_plugin_profile():
