@@ -1,29 +1,50 @@
 """JuiceFS: the CSI driver release, the volume Secret and the cold tier's StorageClass."""
 
-from components import juicefs
-from components.juicefs import CacheSettings
+from components import juicefs, versions
+from components.juicefs import BackupSettings, CacheSettings, JuiceFS, JuiceFSArgs, JuiceFSSettings, JuiceFSSource
+from components.object_store import ObjectStore, ObjectStoreArgs, ObjectStoreSettings
+from components.platform import expirations
+from components.settings import PlatformSettings
+from components.storage_tiers import StorageTiers, StorageTiersArgs, TiersSettings
 from tests.conftest import by_name
 
+MINIO_BUCKET = "http://minio.object-store.svc.cluster.local:9000/ai-datasets-dev"
+VOLUME = JuiceFSSource("ai-datasets", "redis://meta", "minio", MINIO_BUCKET, "ak", "sk")
+COLD_ONLY = TiersSettings(hot="none", warm="none", checkpoint="none", block="none")
 
-def test_chart_creates_csidriver_without_hooks_and_needs_no_cert_manager(render_stack):
-    result, _ = render_stack("dev")
-    chart = next(c for c in result.charts if c["chart"] == "juicefs-csi-driver")
-    assert chart["version"] == "0.32.4"
+
+def juicefs_with_cold_tier(**settings: object) -> JuiceFS:
+    built = JuiceFS("juicefs", JuiceFSArgs(JuiceFSSettings.model_validate(settings), VOLUME))
+    StorageTiers("tiers", StorageTiersArgs(COLD_ONLY, {"juicefs": built}))
+    return built
+
+
+def object_store_expiring_backups(backup: BackupSettings, **store: object) -> ObjectStore:
+    """The bucket with the expiries the platform derives from the JuiceFS backup settings."""
+    platform = PlatformSettings(juicefs=JuiceFSSettings(metadata_backup=backup))
+    args = ObjectStoreArgs(ObjectStoreSettings.model_validate(store), expirations=expirations(platform))
+    return ObjectStore("store", args)
+
+
+def test_chart_creates_csidriver_without_hooks_and_needs_no_cert_manager(build):
+    result, _ = build(juicefs_with_cold_tier)
+    (chart,) = result.charts
+    assert (chart["chart"], chart["version"]) == (versions.JUICEFS_CSI.chart, versions.JUICEFS_CSI.version)
     assert chart["values"]["csidriver"]["disableHooks"] is True
     assert chart["values"]["webhook"]["certManager"]["enabled"] is False
     assert chart["values"]["mountMode"] == "mountpod"
 
 
-def test_volume_secret_has_every_field_and_each_is_secret(render_stack):
-    result, _ = render_stack("dev")
+def test_volume_secret_has_every_field_and_each_is_secret(build):
+    result, _ = build(juicefs_with_cold_tier)
     secret = by_name(result, "Secret", "juicefs-volume")
     assert secret["stringData"] == {
         k: "[secret]" for k in ("name", "metaurl", "storage", "bucket", "access-key", "secret-key")
     }
 
 
-def test_cold_class_is_rwx_retained_with_cache_mount_options(render_stack):
-    result, _ = render_stack("dev", juicefs={"cache": {"cacheSizeMib": 4096, "prefetch": 5}})
+def test_cold_class_is_rwx_retained_with_cache_mount_options(build):
+    result, _ = build(lambda: juicefs_with_cold_tier(cache={"cacheSizeMib": 4096, "prefetch": 5}))
     sc = by_name(result, "StorageClass", "cold")
     assert sc["provisioner"] == "csi.juicefs.com"
     assert sc["reclaimPolicy"] == "Retain"
@@ -55,11 +76,12 @@ def test_mount_options_carry_every_cache_setting():
 
 
 def test_mount_pods_run_the_pinned_client():
-    assert juicefs.chart_values()["defaultMountImage"]["ce"] == "docker.io/juicedata/mount:ce-v1.4.0"
+    assert juicefs.chart_values()["defaultMountImage"]["ce"] == versions.JUICEFS_IMAGE
 
 
-def test_metadata_backup_cronjob_dumps_to_the_object_store_with_retention(render_stack):
-    result, _ = render_stack("dev", juicefs={"metadataBackup": {"schedule": "0 3 * * *", "retentionDays": 9}})
+def test_metadata_backup_cronjob_dumps_to_the_object_store(build):
+    schedule = {"schedule": "0 3 * * *", "retentionDays": 9}
+    result, _ = build(lambda: juicefs_with_cold_tier(metadataBackup=schedule))
     cron = by_name(result, "CronJob", "juicefs-metadata-backup")
     assert cron["spec"]["schedule"] == "0 3 * * *"
     container = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
@@ -72,13 +94,18 @@ def test_metadata_backup_cronjob_dumps_to_the_object_store_with_retention(render
     volumes = {v["name"]: v for v in cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["volumes"]}
     assert volumes[mounts[env["SECRETS"]["value"]]]["secret"]["secretName"] == "juicefs-volume"
     assert "juicefs dump" in container["command"][2] and "juicefs sync --no-https" in container["command"][2]
+
+
+def test_backup_retention_expires_old_dumps_in_the_minio_bucket(build):
+    backup = BackupSettings(retention_days=9)
+    result, _ = build(lambda: object_store_expiring_backups(backup, bucket="ai-datasets-dev"))
     job = by_name(result, "Job", "minio-bucket-ai-datasets-dev")
     lifecycle = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert '"Expiration": {"Days": 9}' in lifecycle["LIFECYCLE"] and "meta-backups/" in lifecycle["LIFECYCLE"]
 
 
-def test_backup_retention_is_an_s3_lifecycle_rule(render_stack):
-    _, monitor = render_stack("dev", objectStore={"backend": "s3"})
+def test_backup_retention_is_an_s3_lifecycle_rule(build):
+    _, monitor = build(lambda: object_store_expiring_backups(BackupSettings(), backend="s3"))
     rules = next(r.inputs["rules"] for r in monitor.registrations if r.type.endswith("BucketLifecycleConfiguration"))
     assert {
         "id": "expire-meta-backups",
