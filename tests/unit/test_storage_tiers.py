@@ -1,11 +1,17 @@
-"""StorageTiers: four classes named after the tiers, each with the properties its tier must hold."""
+"""StorageTiers: five classes named after the tiers, each with the properties its tier must hold."""
 
 from __future__ import annotations
 
 import pytest
 
-from components.settings import SettingsError, load_settings
-from tests.conftest import by_name, objects
+from components.ceph import RookCephSettings
+from components.juicefs import JuiceFS, JuiceFSArgs, JuiceFSSettings, JuiceFSSource
+from components.local_nvme import LocalNVMe, LocalNVMeArgs, LocalNVMeSettings
+from components.render import ROOT, stack_file_config
+from components.rook_ceph import CephBlock, RookCeph, RookCephArgs
+from components.settings import PROJECT, PlatformSettings, SettingsError, decode, load_settings
+from components.storage_tiers import TIERS, StorageTiers, StorageTiersArgs, TiersSettings, class_name
+from tests.conftest import STACKS, by_name, objects
 
 WARM_SECRETS = {
     "csi.storage.k8s.io/provisioner-secret-name": "rook-csi-cephfs-provisioner",
@@ -13,27 +19,46 @@ WARM_SECRETS = {
     "csi.storage.k8s.io/controller-publish-secret-name": "rook-csi-cephfs-provisioner",
     "csi.storage.k8s.io/node-stage-secret-name": "rook-csi-cephfs-node",
 }
+FIVE_CLASSES = ["block", "checkpoint", "cold", "hot", "warm"]
 
 
 def access_mode(sc):
     return sc["metadata"]["annotations"]["ai-storage-platform/access-mode"]
 
 
-@pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
-def test_every_stack_has_five_tier_classes(render_stack, stack):
-    result, _ = render_stack(stack)
-    assert sorted(sc["metadata"]["name"] for sc in objects(result, "StorageClass")) == [
-        "block",
-        "checkpoint",
-        "cold",
-        "hot",
-        "warm",
-    ]
+def every_tier() -> StorageTiers:
+    """The tiers as the settings' defaults map them, on real backend components."""
+    ceph = RookCeph("ceph", RookCephArgs(RookCephSettings()))
+    volume = JuiceFSSource("ai-datasets", "redis://meta", "minio", "http://minio:9000/b", "ak", "sk")
+    backends = {
+        "topolvm": LocalNVMe("nvme", LocalNVMeArgs(LocalNVMeSettings())),
+        "cephfs": ceph,
+        "rbd": ceph.block,
+        "juicefs": JuiceFS("juicefs", JuiceFSArgs(JuiceFSSettings(), volume)),
+    }
+    return StorageTiers("tiers", StorageTiersArgs(TiersSettings(), backends))
 
 
-@pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_hot_is_local_nvme_xfs_rwo_bound_where_the_pod_runs(render_stack, stack):
-    result, _ = render_stack(stack)
+def stack_settings(stack: str) -> PlatformSettings:
+    """The settings of a stack as its files give them (``Pulumi.<stack>.yaml`` over its profile)."""
+    config, _ = stack_file_config(ROOT / f"Pulumi.{stack}.yaml")
+    ours = {k.split(":", 1)[1]: decode(v) for k, v in config.items() if k.startswith(f"{PROJECT}:")}
+    return load_settings(stack, ours)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_stack_maps_the_five_tiers_to_classes_named_after_them(stack):
+    tiers = stack_settings(stack).tiers
+    assert sorted(class_name(tiers, t) for t in TIERS if getattr(tiers, t) != "none") == FIVE_CLASSES
+
+
+def test_each_tier_with_a_backend_gets_one_class_named_after_it(build):
+    result, _ = build(every_tier)
+    assert sorted(sc["metadata"]["name"] for sc in objects(result, "StorageClass")) == FIVE_CLASSES
+
+
+def test_hot_is_local_nvme_xfs_rwo_bound_where_the_pod_runs(build):
+    result, _ = build(every_tier)
     hot = by_name(result, "StorageClass", "hot")
     assert hot["provisioner"] == "topolvm.io"
     assert hot["volumeBindingMode"] == "WaitForFirstConsumer"
@@ -43,9 +68,8 @@ def test_hot_is_local_nvme_xfs_rwo_bound_where_the_pod_runs(render_stack, stack)
     assert access_mode(hot) == "ReadWriteOnce"
 
 
-@pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_warm_is_cephfs_rwx_without_atime_updates(render_stack, stack):
-    result, _ = render_stack(stack)
+def test_warm_is_cephfs_rwx_without_atime_updates(build):
+    result, _ = build(every_tier)
     warm = by_name(result, "StorageClass", "warm")
     assert warm["provisioner"] == "rook-ceph.cephfs.csi.ceph.com"
     assert warm["parameters"]["clusterID"] == "rook-ceph"
@@ -58,9 +82,8 @@ def test_warm_is_cephfs_rwx_without_atime_updates(render_stack, stack):
     assert warm["reclaimPolicy"] == "Delete"
 
 
-@pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_checkpoint_is_its_own_retained_cephfs_filesystem(render_stack, stack):
-    result, _ = render_stack(stack)
+def test_checkpoint_is_its_own_retained_cephfs_filesystem(build):
+    result, _ = build(every_tier)
     checkpoint = by_name(result, "StorageClass", "checkpoint")
     warm = by_name(result, "StorageClass", "warm")
     assert checkpoint["provisioner"] == warm["provisioner"]
@@ -72,14 +95,14 @@ def test_checkpoint_is_its_own_retained_cephfs_filesystem(render_stack, stack):
     assert access_mode(checkpoint) == "ReadWriteMany"
 
 
-def test_ceph_classes_wait_for_the_filesystem_they_name(render_stack):
-    _, monitor = render_stack("dev")
+def test_ceph_classes_wait_for_the_filesystem_they_name(build):
+    _, monitor = build(every_tier)
     by_name_ = {r.name: r for r in monitor.registrations}
-    for tier, role in (("warm", "warm"), ("checkpoint", "checkpoint")):
-        deps = set(by_name_[f"ai-storage-tiers-{tier}"].dependencies)
-        assert by_name_[f"ai-storage-rook-ceph-{role}-fs"].urn in deps
-        assert by_name_["ai-storage-rook-ceph-csi-drivers"].urn in deps
-    assert by_name_["ai-storage-local-nvme-topolvm"].urn in by_name_["ai-storage-tiers-hot"].dependencies
+    for tier in ("warm", "checkpoint"):
+        deps = set(by_name_[f"tiers-{tier}"].dependencies)
+        assert by_name_[f"ceph-{tier}-fs"].urn in deps
+        assert by_name_["ceph-csi-drivers"].urn in deps
+    assert by_name_["nvme-topolvm"].urn in by_name_["tiers-hot"].dependencies
 
 
 def test_a_tier_on_a_disabled_backend_is_a_config_error():
@@ -93,9 +116,6 @@ def test_a_tier_on_a_disabled_backend_is_a_config_error():
 
 
 def test_the_block_tier_reclaim_policy_comes_from_settings(build):
-    from components.rook_ceph import CephBlock
-    from components.storage_tiers import StorageTiers, StorageTiersArgs, TiersSettings
-
     for policy in ("Delete", "Retain"):
         settings = TiersSettings(hot="none", warm="none", cold="none", checkpoint="none", block_reclaim_policy=policy)
         result, _ = build(
