@@ -7,12 +7,14 @@ import yaml
 
 from components import rook_ceph, versions
 from components.__main__ import main
-from components.ceph import RookCephSettings
+from components.ceph import RgwSettings, RookCephSettings
+from components.rook_ceph import RookCeph, RookCephArgs
 from components.settings import SettingsError, load_settings
 from tests.conformance.upstream import UPSTREAM, validate_custom_resource
 from tests.conftest import by_name, objects
 
 RECOMMENDED = UPSTREAM / "rook-ceph/ceph-csi-drivers/rook-recommended/values.yaml"
+DEFAULTS = RookCephSettings()
 
 
 def crs(result, kind):
@@ -23,28 +25,24 @@ def registration(monitor, name):
     return next(r for r in monitor.registrations if r.name == name)
 
 
-def test_operator_csi_drivers_and_cluster_are_pinned_and_ordered(render_stack):
-    result, monitor = render_stack("dev")
+def rook(settings: RookCephSettings = DEFAULTS, protect: bool = False, rgw: bool = False) -> RookCeph:
+    return RookCeph("ceph", RookCephArgs(settings, protect, rgw))
+
+
+def test_operator_csi_drivers_and_cluster_are_pinned_and_ordered(build):
+    result, monitor = build(rook)
     charts = {c["chart"]: c for c in result.charts}
-    assert (charts["rook-ceph"]["version"], charts["rook-ceph"]["repo"]) == (
-        "v1.20.6",
-        "https://charts.rook.io/release",
-    )
-    assert (charts["ceph-csi-drivers"]["version"], charts["ceph-csi-drivers"]["repo"]) == (
-        "1.0.4",
-        "https://ceph.github.io/ceph-csi-operator",
-    )
+    for pin in (versions.ROOK_CEPH, versions.CEPH_CSI_DRIVERS):
+        assert (charts[pin.chart]["version"], charts[pin.chart]["repo"]) == (pin.version, pin.repo)
     assert charts["rook-ceph"]["values"]["crds"]["enabled"] is True
     assert charts["rook-ceph"]["values"]["csi"]["installCsiOperator"] is True
-    operator = registration(monitor, "ai-storage-rook-ceph-operator").urn
-    drivers = registration(monitor, "ai-storage-rook-ceph-csi-drivers")
-    cluster = registration(monitor, "ai-storage-rook-ceph-cluster")
+    operator = registration(monitor, "ceph-operator").urn
+    drivers = registration(monitor, "ceph-csi-drivers")
+    cluster = registration(monitor, "ceph-cluster")
     assert operator in drivers.dependencies
     assert {operator, drivers.urn} <= set(cluster.dependencies)
-    for kind in ("CephBlockPool", "CephFilesystem"):
-        for r in monitor.registrations:
-            if r.inputs.get("kind") == kind:
-                assert {operator, cluster.urn} <= set(r.dependencies), r.name
+    data = [r for r in monitor.registrations if r.inputs.get("kind") in ("CephBlockPool", "CephFilesystem")]
+    assert data and all({operator, cluster.urn} <= set(r.dependencies) for r in data)
 
 
 def test_csi_drivers_get_rooks_recommended_values_and_rbd_snapshots_when_the_platform_makes_snapshot_classes():
@@ -63,16 +61,15 @@ def test_csi_driver_names_follow_the_operator_namespace():
     assert values["drivers"]["cephfs"]["name"] == "storage.cephfs.csi.ceph.com"
 
 
-def test_ceph_never_uses_all_devices(render_stack):
-    for overrides in ({}, {"storage": {"nodes": [{"name": "node-a", "devices": ["sdb", "sdc"]}]}}):
-        result, _ = render_stack("dev", rookCeph=overrides)
-        storage = crs(result, "CephCluster")[0]["spec"]["storage"]
-        assert storage["useAllDevices"] is False
+def test_ceph_never_uses_all_devices(build):
+    for storage in ({}, {"nodes": [{"name": "node-a", "devices": ["sdb", "sdc"]}]}):
+        result, _ = build(lambda storage=storage: rook(RookCephSettings.model_validate({"storage": storage})))
+        assert crs(result, "CephCluster")[0]["spec"]["storage"]["useAllDevices"] is False
 
 
-def test_per_node_device_lists_replace_the_filter(render_stack):
+def test_per_node_device_lists_replace_the_filter(build):
     nodes = [{"name": "node-a", "devices": ["sdb", "/dev/disk/by-id/wwn-0x5000"]}]
-    result, _ = render_stack("dev", rookCeph={"storage": {"nodes": nodes}})
+    result, _ = build(lambda: rook(RookCephSettings.model_validate({"storage": {"nodes": nodes}})))
     storage = crs(result, "CephCluster")[0]["spec"]["storage"]
     assert storage["useAllNodes"] is False
     assert "deviceFilter" not in storage
@@ -81,8 +78,8 @@ def test_per_node_device_lists_replace_the_filter(render_stack):
     ]
 
 
-def test_prod_ceph_is_three_copies_two_to_write_across_hosts_with_three_mons(render_stack):
-    result, monitor = render_stack("prod")
+def test_default_ceph_is_three_copies_two_to_write_across_hosts_with_three_mons(build):
+    result, _ = build(rook)
     cluster = crs(result, "CephCluster")[0]["spec"]
     assert cluster["mon"]["count"] == 3
     assert cluster["cleanupPolicy"]["confirmation"] == ""
@@ -94,13 +91,19 @@ def test_prod_ceph_is_three_copies_two_to_write_across_hosts_with_three_mons(ren
         assert pool["replicated"] == {"size": 3, "requireSafeReplicaSize": True}
         assert pool["parameters"] == {"min_size": "2"}
         assert pool["failureDomain"] == "host"
-    for r in monitor.registrations:
-        if r.inputs.get("apiVersion") == "ceph.rook.io/v1":
-            assert r.protect and r.retain_on_delete, r.name
 
 
-def test_dev_runs_a_single_node_ceph_it_opted_into(render_stack):
-    result, _ = render_stack("dev")
+def test_every_ceph_resource_is_protected_and_retained_when_asked(build):
+    # That protected stacks ask (cluster.protectStatefulResources) is the security gate's whole-stack test.
+    for protect in (True, False):
+        _, monitor = build(lambda protect=protect: rook(protect=protect))
+        ceph = [r for r in monitor.registrations if r.inputs.get("apiVersion") == "ceph.rook.io/v1"]
+        assert ceph and all((r.protect, r.retain_on_delete) == (protect, protect) for r in ceph)
+
+
+def test_a_single_node_ceph_runs_one_mon_and_one_copy_which_dev_opts_into(build):
+    single = RookCephSettings(mon_count=1, replica_size=1, min_size=1, accept_data_loss_risk=True)
+    result, _ = build(lambda: rook(single))
     cluster = crs(result, "CephCluster")[0]["spec"]
     assert cluster["mon"]["count"] == 1
     pool = crs(result, "CephBlockPool")[0]["spec"]
@@ -108,30 +111,30 @@ def test_dev_runs_a_single_node_ceph_it_opted_into(render_stack):
     assert load_settings("dev", {}).rook_ceph.accept_data_loss_risk is True
 
 
-def test_warm_and_checkpoint_are_separate_filesystems_with_csi_groups(render_stack):
-    result, _ = render_stack("dev")
+def test_warm_and_checkpoint_are_separate_filesystems_with_csi_groups(build):
+    result, _ = build(lambda: rook(RookCephSettings(warm_filesystem="warm-fs", checkpoint_filesystem="ckpt-fs")))
     names = sorted(o["metadata"]["name"] for o in crs(result, "CephFilesystem"))
-    assert names == ["ai-checkpoint", "ai-warm"]
+    assert names == ["ckpt-fs", "warm-fs"]
     for fs in crs(result, "CephFilesystem"):
         assert fs["spec"]["preserveFilesystemOnDelete"] is True
         assert fs["spec"]["dataPools"][0]["name"] == "data"
     groups = {o["spec"]["filesystemName"]: o["spec"]["name"] for o in crs(result, "CephFilesystemSubVolumeGroup")}
-    assert groups == {"ai-warm": "csi", "ai-checkpoint": "csi"}
+    assert groups == {"warm-fs": "csi", "ckpt-fs": "csi"}
 
 
-def test_namespace_is_privileged_for_osds_mons_and_csi_node_plugins(render_stack):
-    result, _ = render_stack("dev")
-    ns = by_name(result, "Namespace", "rook-ceph")
+def test_namespace_is_privileged_for_osds_mons_and_csi_node_plugins(build):
+    result, _ = build(lambda: rook(RookCephSettings(namespace="ceph")))
+    ns = by_name(result, "Namespace", "ceph")
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
 
 
-def test_rgw_object_store_is_built_only_for_the_ceph_rgw_backend(render_stack):
-    result, _ = render_stack("dev")
+def test_rgw_object_store_is_built_only_for_the_ceph_rgw_backend(build):
+    result, _ = build(rook)
     assert crs(result, "CephObjectStore") == []
-    result, _ = render_stack("dev", objectStore={"backend": "ceph-rgw"})
+    result, _ = build(lambda: rook(RookCephSettings(rgw=RgwSettings(name="objects", port=8080)), rgw=True))
     store = crs(result, "CephObjectStore")[0]
-    assert store["metadata"]["name"] == "ai-objects"
-    assert store["spec"]["gateway"]["port"] == 80
+    assert store["metadata"]["name"] == "objects"
+    assert store["spec"]["gateway"]["port"] == 8080
 
 
 # -- durability rules: (overrides, key in the message, words naming the risk, opt-in key)
@@ -242,7 +245,6 @@ def test_prod_and_staging_profiles_are_durable_without_any_opt_in():
 
 
 def ceph(**settings: object) -> None:
-    from components.rook_ceph import RookCeph, RookCephArgs
     from components.storage_tiers import StorageTiers, StorageTiersArgs, TiersSettings
 
     built = RookCeph("ceph", RookCephArgs(RookCephSettings(**settings)))
