@@ -4,20 +4,30 @@ from __future__ import annotations
 
 import pytest
 
-from components import local_nvme
-from components.local_nvme import LocalNVMeSettings
+from components import local_nvme, versions
+from components.local_nvme import LocalNVMe, LocalNVMeArgs, LocalNVMeSettings
 from components.settings import SettingsError, load_settings
 from tests.conftest import by_name
+
+DEFAULTS = LocalNVMeSettings()
+
+
+def nvme(settings: LocalNVMeSettings = DEFAULTS) -> LocalNVMe:
+    return LocalNVMe("nvme", LocalNVMeArgs(settings))
 
 
 def charts(result):
     return {c["chart"]: c for c in result.charts}
 
 
-def test_topolvm_is_pinned_with_capacity_tracking_and_no_webhook_or_cert_manager(render_stack):
-    result, _ = render_stack("dev")
+def pinned(chart, pin):
+    return (chart["version"], chart["repo"]) == (pin.version, pin.repo)
+
+
+def test_topolvm_is_pinned_with_capacity_tracking_and_no_webhook_or_cert_manager(build):
+    result, _ = build(nvme)
     topolvm = charts(result)["topolvm"]
-    assert (topolvm["version"], topolvm["repo"]) == ("17.1.0", "https://topolvm.github.io/topolvm")
+    assert pinned(topolvm, versions.TOPOLVM)
     values = topolvm["values"]
     assert values["controller"]["storageCapacityTracking"]["enabled"] is True
     assert values["scheduler"]["enabled"] is False
@@ -27,14 +37,14 @@ def test_topolvm_is_pinned_with_capacity_tracking_and_no_webhook_or_cert_manager
     assert "cert-manager" not in charts(result)
 
 
-def test_webhook_brings_a_pinned_cert_manager_with_crds_installed_first(render_stack):
-    result, monitor = render_stack("dev", localNvme={"podMutatingWebhook": True})
+def test_webhook_brings_a_pinned_cert_manager_with_crds_installed_first(build):
+    result, monitor = build(lambda: nvme(LocalNVMeSettings(pod_mutating_webhook=True)))
     cert_manager = charts(result)["cert-manager"]
-    assert (cert_manager["version"], cert_manager["repo"]) == ("v1.21.1", "https://charts.jetstack.io")
+    assert pinned(cert_manager, versions.CERT_MANAGER)
     assert cert_manager["values"]["crds"]["enabled"] is True
     assert charts(result)["topolvm"]["values"]["webhook"]["podMutatingWebhook"]["enabled"] is True
     urns = {r.name: r for r in monitor.registrations}
-    assert urns["ai-storage-local-nvme-cert-manager"].urn in urns["ai-storage-local-nvme-topolvm"].dependencies
+    assert urns["nvme-cert-manager"].urn in urns["nvme-topolvm"].dependencies
     assert (
         by_name(result, "Namespace", "cert-manager")["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
         == "restricted"
@@ -62,16 +72,16 @@ def test_device_classes_become_lvmd_entries_with_thin_pools():
     ]
 
 
-def test_lvmd_and_node_plugin_run_only_on_selected_nodes(render_stack):
-    result, _ = render_stack("dev", localNvme={"nodeSelector": {"nvme": "yes"}})
+def test_lvmd_and_node_plugin_run_only_on_selected_nodes(build):
+    result, _ = build(lambda: nvme(LocalNVMeSettings(node_selector={"nvme": "yes"})))
     values = charts(result)["topolvm"]["values"]
     assert values["lvmd"]["nodeSelector"] == {"nvme": "yes"}
     assert values["node"]["nodeSelector"] == {"nvme": "yes"}
 
 
-def test_namespace_is_privileged_for_lvmd_and_the_node_plugin(render_stack):
-    result, _ = render_stack("dev")
-    ns = by_name(result, "Namespace", "topolvm-system")
+def test_namespace_is_privileged_for_lvmd_and_the_node_plugin(build):
+    result, _ = build(lambda: nvme(LocalNVMeSettings(namespace="nvme")))
+    ns = by_name(result, "Namespace", "nvme")
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
 
 
