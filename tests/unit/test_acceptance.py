@@ -7,9 +7,20 @@ import os
 import shutil
 import subprocess
 
+import pulumi
 import pytest
 
-from components.acceptance import Thresholds, acceptance_script, fio_job_file
+from components.acceptance import (
+    AcceptanceSettings,
+    StorageAcceptance,
+    StorageAcceptanceArgs,
+    Thresholds,
+    acceptance_script,
+    fio_job_file,
+)
+from components.platform import Platform, PlatformArgs
+from components.settings import PlatformSettings
+from components.storage_tiers import TiersSettings
 from tests.conftest import by_name, objects
 
 
@@ -56,13 +67,32 @@ def test_a_missed_threshold_fails_the_job_and_names_the_figure(fio, tmp_path):
     assert "ACCEPTANCE FAIL: hot" in proc.stdout
 
 
-def test_dev_render_has_one_acceptance_job_per_served_tier(render_stack):
-    result, _ = render_stack("dev", acceptance={"enabled": True, "thresholds": {"cold": {"warmColdRatio": 3.0}}})
-    jobs = [j for j in objects(result, "Job") if j["metadata"]["name"].startswith("acceptance-")]
-    tiers = {j["metadata"]["name"].removeprefix("acceptance-") for j in jobs}
-    assert tiers == set(result.outputs["storageClasses"])
+def test_each_given_tier_gets_an_fio_job_on_a_volume_of_its_class_with_its_thresholds(build):
+    settings = AcceptanceSettings.model_validate({"enabled": True, "thresholds": {"cold": {"warmColdRatio": 3.0}}})
+    classes = {"warm": "ai-warm", "cold": "ai-cold"}
+    result, _ = build(lambda: StorageAcceptance("acceptance", StorageAcceptanceArgs(settings, classes)))
+    assert {j["metadata"]["name"] for j in objects(result, "Job")} == {"acceptance-warm", "acceptance-cold"}
     script = by_name(result, "ConfigMap", "acceptance-cold")["data"]["run.sh"]
     assert "warm_cold_ratio" in script and " 3.0" in script
-    volume = by_name(result, "Job", "acceptance-cold")["spec"]["template"]["spec"]["volumes"][0]
-    claim = volume["ephemeral"]["volumeClaimTemplate"]["spec"]
-    assert claim["storageClassName"] == result.outputs["storageClasses"]["cold"]
+    for tier, storage_class in classes.items():
+        volume = by_name(result, "Job", f"acceptance-{tier}")["spec"]["template"]["spec"]["volumes"][0]
+        assert volume["ephemeral"]["volumeClaimTemplate"]["spec"]["storageClassName"] == storage_class
+
+
+def test_the_platform_tests_every_tier_it_serves_and_no_other(build):
+    # Cross-component wiring (the Platform hands StorageTiers' classes to StorageAcceptance), so this one builds
+    # the whole Platform, from hand-made settings rather than a stack file.
+    tiers = TiersSettings(name_prefix="ai-", hot="none")
+    settings = PlatformSettings(acceptance=AcceptanceSettings(enabled=True), tiers=tiers)
+
+    def program() -> None:
+        platform = Platform("platform", PlatformArgs(settings))
+        pulumi.export("storageClasses", platform.storage_classes)
+
+    result, _ = build(program)
+    classes = result.outputs["storageClasses"]
+    jobs = {j["metadata"]["name"]: j for j in objects(result, "Job") if j["metadata"]["name"].startswith("acceptance-")}
+    assert set(jobs) == {f"acceptance-{tier}" for tier in classes} and "hot" not in classes
+    for tier, storage_class in classes.items():
+        volume = jobs[f"acceptance-{tier}"]["spec"]["template"]["spec"]["volumes"][0]
+        assert volume["ephemeral"]["volumeClaimTemplate"]["spec"]["storageClassName"] == storage_class
