@@ -1,7 +1,8 @@
 """JuiceFS: the CSI driver release, the volume Secret and the cold tier's StorageClass."""
 
 from components import juicefs, versions
-from components.juicefs import BackupSettings, CacheSettings, JuiceFS, JuiceFSArgs, JuiceFSSettings, JuiceFSSource
+from components.juicefs import CacheSettings, JuiceFS, JuiceFSArgs, JuiceFSSettings, JuiceFSSource
+from components.metadata_backup import BackupSettings, backup_destination
 from components.object_store import ObjectStore, ObjectStoreArgs, ObjectStoreSettings
 from components.platform import expirations
 from components.settings import PlatformSettings
@@ -116,8 +117,8 @@ def test_backup_retention_is_an_s3_lifecycle_rule(build):
 
 
 def test_backup_destination_for_each_backend():
-    assert juicefs.backup_destination("s3", "https://b.s3.eu-west-1.amazonaws.com") == (
+    assert backup_destination("s3", "https://b.s3.eu-west-1.amazonaws.com") == (
         "s3://b.s3.eu-west-1.amazonaws.com/meta-backups/",
         [],
     )
-    assert juicefs.backup_destination("minio", "http://m:9000/b") == ("minio://m:9000/b/meta-backups/", ["--no-https"])
+    assert backup_destination("minio", "http://m:9000/b") == ("minio://m:9000/b/meta-backups/", ["--no-https"])
