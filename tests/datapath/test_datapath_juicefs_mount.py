@@ -145,3 +145,36 @@ def test_the_post_start_gives_up_quietly_when_nothing_is_mounted(tmp_path, gener
     script = command[-1].replace("-lt 120", "-lt 2")  # do not wait two minutes for a mount that never comes
     run = subprocess.run([*command[:-1], script], capture_output=True, text=True, timeout=30)
     assert run.returncode == 0 and "not set" in run.stdout  # a failing postStart would kill the mount pod
+
+
+@pytest.mark.parametrize("level, detected", [("generated", True), ("full", False), ("none", False)])
+def test_a_corrupted_cache_block_is_caught_by_the_generated_checksum_level(
+    stack, fuse_ok, generated, tmp_path, level, detected
+):
+    """One byte of a cached block flipped on the node's disk, then the file read by a fresh mount in 1 MiB pieces
+    (as the read-ahead makes the kernel read): the generated level (`shrink`) notices and serves the object
+    store's bytes; `full` checks whole-block reads only and `none` nothing, so both hand out the corrupted byte."""
+    options = generated["mount_options"]
+    if level != "generated":
+        options = [o for o in options if not o.startswith("verify-cache-checksum=")] + [
+            f"verify-cache-checksum={level}"
+        ]
+    data = os.urandom(4 * 1024 * 1024)
+    cache = tmp_path / "cache"
+    with stack.mount(options, name=f"checksum-{level}", cache_root=cache) as m:
+        path = m.mountpoint / f"checksum-{level}.bin"
+        path.write_bytes(data)
+        harness.drop_page_cache()
+        assert path.read_bytes() == data
+        assert m.wait_cached(len(data)) >= len(data)
+        (block,) = m.cache_block_files()
+    with open(block, "r+b") as f:  # inside the second 1 MiB read
+        f.seek(1536 * 1024 + 5)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    harness.drop_page_cache()
+    with stack.mount(options, name=f"checksum-{level}-again", cache_root=cache) as again:
+        with open(again.mountpoint / path.name, "rb", buffering=0) as f:
+            back = b"".join(iter(lambda: f.read(1024 * 1024), b""))
+    assert (back == data) is detected
