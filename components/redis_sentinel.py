@@ -6,7 +6,8 @@ nodes and the Sentinels; a JuiceFS client needs the Sentinel URL (``redis://:PAS
 the form the JuiceFS docs give, plus client timeouts) and ``SENTINEL_PASSWORD`` in its environment. Every pod
 starts through one script (``redis-start.sh``) that finds the current primary (ask the Sentinels, else a data
 node that has replicas, else the initial primary) and then runs ``redis-server`` or ``redis-sentinel``; the
-data-path tests run that script on the real binaries.
+data-path tests run that script on the real binaries. A little over 300 lines: one system (the layout's settings,
+its config files, both pod specs and their wiring), which reads best in one place.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 Settings flow one way: code defaults < ``stacks/<profile>.yaml`` < ``Pulumi.<stack>.yaml``, parsed once into a
 frozen ``PlatformSettings``. A bad value is rejected before any resource is registered (see ``section``).
+A little over 300 lines on purpose: the loader, the settings tree and the rules that span sections have one home.
 """
 
 from __future__ import annotations
