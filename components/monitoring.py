@@ -3,16 +3,18 @@ dashboards.
 
 For a cluster that runs the Prometheus Operator (kube-prometheus-stack, say). Scraped here: the JuiceFS mount
 pods and CSI driver (PodMonitors, port `metrics`), the metadata engine (a redis_exporter beside every Redis and
-Sentinel, added by MetadataEngine), the Volcano scheduler, MinIO. Rook-Ceph (the CephCluster's `monitoring`)
-and TopoLVM (its chart's PodMonitors) create their own, with the same selection labels. Fluid's chart exposes
-no metrics. Every object the operator reads waits for its CRDs: without the operator, the preview stops with
+Sentinel, added by MetadataEngine), the Volcano scheduler and controllers (the queues' PodGroup counts come from
+the controllers), MinIO, Fluid's controllers and its JuiceFSRuntime FUSE and worker pods (JuiceFS clients with
+the same metrics as the mount pods; the chart has no metrics values, so PodMonitors on the declared ports).
+Rook-Ceph (the CephCluster's `monitoring`) and TopoLVM (its chart's PodMonitors) create their own, with the same
+selection labels. Every object the operator reads waits for its CRDs: without the operator, the preview stops with
 the name of the missing CRD before anything is created (set `monitoring.enabled: false` there).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -32,6 +34,12 @@ JUICEFS_MOUNT_LABELS = {"app.kubernetes.io/name": "juicefs-mount"}
 JUICEFS_CSI_LABELS = {"app.kubernetes.io/name": "juicefs-csi-driver"}
 VOLCANO_SCHEDULER_LABELS = {"app": "volcano-scheduler"}
 """Labels of the volcano chart's scheduler Service (its port `metrics`, 8080)."""
+VOLCANO_CONTROLLER_LABELS = {"app": "volcano-controller"}
+"""Labels of the volcano chart's controllers Service (its port `metrics`, 8081): the queues' PodGroup counts."""
+FLUID_CONTROLLERS = ["dataset-controller", "alluxioruntime-controller", "juicefsruntime-controller"]
+"""`control-plane` labels of the Fluid controllers the platform uses (each declares port `metrics`, 8080)."""
+FLUID_JUICEFS_ROLES = ["juicefs-fuse", "juicefs-worker"]
+"""`role` labels of a JuiceFSRuntime's FUSE and worker pods (JuiceFS clients; port `metrics`)."""
 
 
 class MonitoringSettings(Section):
@@ -70,6 +78,10 @@ class MonitoringArgs:
     """Namespace of MinIO (backend `minio`)."""
     volcano_namespace: str | None = None
     """Namespace of Volcano."""
+    fluid_namespace: str | None = None
+    """Namespace of Fluid's controllers."""
+    dataset_namespaces: list[str] = field(default_factory=list)
+    """Namespaces where Fluid runs dataset runtimes (their FUSE and worker pods)."""
     ceph: bool = False
     """Rook-Ceph runs (its mgr exports `ceph_health_status`)."""
     after: list[pulumi.Resource] | None = None
@@ -78,6 +90,18 @@ class MonitoringArgs:
 
 def pod_monitor_spec(labels: Mapping[str, str], port: str, interval: str) -> dict[str, Any]:
     return {"selector": {"matchLabels": dict(labels)}, "podMetricsEndpoints": [{"port": port, "interval": interval}]}
+
+
+def pods_labelled(key: str, values: list[str], interval: str, namespaces: list[str] | None = None) -> dict[str, Any]:
+    """A PodMonitor ``spec`` for the pods whose ``key`` label is one of ``values`` (port `metrics`), in its own
+    namespace or in ``namespaces``."""
+    spec: dict[str, Any] = {
+        "selector": {"matchExpressions": [{"key": key, "operator": "In", "values": values}]},
+        "podMetricsEndpoints": [{"port": "metrics", "interval": interval}],
+    }
+    if namespaces:
+        spec["namespaceSelector"] = {"matchNames": namespaces}
+    return spec
 
 
 def service_monitor_spec(labels: Mapping[str, str], port: str, interval: str, path: str = "/metrics") -> dict:
@@ -150,6 +174,14 @@ class Monitoring(pulumi.ComponentResource):
         if args.volcano_namespace:
             spec = service_monitor_spec(VOLCANO_SCHEDULER_LABELS, "metrics", every)
             self._custom("volcano", "ServiceMonitor", "volcano-scheduler", args.volcano_namespace, spec)
+            spec = service_monitor_spec(VOLCANO_CONTROLLER_LABELS, "metrics", every)
+            self._custom("volcano-controllers", "ServiceMonitor", "volcano-controllers", args.volcano_namespace, spec)
+        if args.fluid_namespace:
+            spec = pods_labelled("control-plane", FLUID_CONTROLLERS, every)
+            self._custom("fluid", "PodMonitor", "fluid-controllers", args.fluid_namespace, spec)
+            if args.dataset_namespaces:
+                spec = pods_labelled("role", FLUID_JUICEFS_ROLES, every, sorted(args.dataset_namespaces))
+                self._custom("fluid-runtimes", "PodMonitor", "fluid-juicefs-runtimes", args.fluid_namespace, spec)
         if args.minio_namespace:
             spec = service_monitor_spec(kube.labels("minio", "object-store"), "s3", every, "/minio/v2/metrics/cluster")
             self._custom("minio", "ServiceMonitor", "minio", args.minio_namespace, spec)

@@ -111,7 +111,7 @@ class Platform(pulumi.ComponentResource):
         in_cluster = s.juicefs.enabled and s.metadata.engine != "elasticache"
         sentinel = s.juicefs.enabled and s.metadata.engine == "sentinel"
         parts: list[pulumi.Resource] = [self.object_store]
-        parts += [c for c in (self.metadata, self.volcano) if c is not None]
+        parts += [c for c in (self.metadata, self.volcano, self.fluid) if c is not None]
         args = MonitoringArgs(
             s.monitoring,
             juicefs_namespace=s.juicefs.namespace if s.juicefs.enabled else None,
@@ -119,6 +119,8 @@ class Platform(pulumi.ComponentResource):
             sentinel_replicas=s.metadata.sentinel.replicas if sentinel else None,
             minio_namespace=s.object_store.namespace if s.object_store.backend == "minio" else None,
             volcano_namespace=s.volcano.namespace if s.volcano.enabled else None,
+            fluid_namespace=s.fluid.namespace if s.fluid.enabled else None,
+            dataset_namespaces=sorted({d.namespace for d in s.fluid.datasets}) if s.fluid.enabled else [],
             ceph=s.rook_ceph.enabled,
             after=parts,
         )

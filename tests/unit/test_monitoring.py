@@ -15,6 +15,8 @@ EVERYTHING = MonitoringArgs(
     sentinel_replicas=2,
     minio_namespace="object-store",
     volcano_namespace="volcano-system",
+    fluid_namespace="fluid-system",
+    dataset_namespaces=["training"],
     ceph=True,
 )
 
@@ -23,8 +25,20 @@ def test_each_part_gets_a_scrape_object_the_operator_selects(build):
     result, _ = build(lambda: Monitoring("mon", EVERYTHING))
     pods = {o["metadata"]["name"]: o for o in objects(result, "PodMonitor")}
     services = {o["metadata"]["name"]: o for o in objects(result, "ServiceMonitor")}
-    assert set(pods) == {"juicefs-mounts", "juicefs-csi", "metadata-engine"}
-    assert set(services) == {"volcano-scheduler", "minio"}
+    assert set(pods) == {
+        "juicefs-mounts",
+        "juicefs-csi",
+        "metadata-engine",
+        "fluid-controllers",
+        "fluid-juicefs-runtimes",
+    }
+    assert set(services) == {"volcano-scheduler", "volcano-controllers", "minio"}
+    # The queues' PodGroup counts (the gang-pending alert) come from Volcano's controllers, not its scheduler.
+    assert services["volcano-controllers"]["spec"]["selector"]["matchLabels"] == {"app": "volcano-controller"}
+    # Fluid's JuiceFS FUSE and worker pods run in the dataset namespaces and carry the client's cache metrics.
+    runtimes = pods["fluid-juicefs-runtimes"]["spec"]
+    assert runtimes["namespaceSelector"] == {"matchNames": ["training"]}
+    assert runtimes["selector"]["matchExpressions"][0]["values"] == ["juicefs-fuse", "juicefs-worker"]
     assert pods["juicefs-mounts"]["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": "juicefs-mount"}
     assert pods["juicefs-mounts"]["metadata"]["namespace"] == "juicefs-csi"
     assert services["minio"]["spec"]["endpoints"][0]["path"] == "/minio/v2/metrics/cluster"
@@ -53,7 +67,7 @@ def test_every_object_waits_for_the_operators_crds(build):
         for c in CRDS
     }
     operator_objects = [r for r in monitor.registrations if r.type.startswith("kubernetes:monitoring.coreos.com")]
-    assert len(operator_objects) == 6
+    assert len(operator_objects) == 9  # 5 PodMonitors, 3 ServiceMonitors, 1 PrometheusRule
     for r in operator_objects:
         assert crds <= set(r.dependencies), r.name
 
