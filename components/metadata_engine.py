@@ -19,20 +19,20 @@ from typing import Any, Literal
 
 import pulumi
 import pulumi_kubernetes as k8s
-import pulumi_random as random
 
 from . import kube
 from .elasticache import ElastiCacheSettings, elasticache_engine
 from .redis import (
-    EXPORTER_PASSWORDS,
+    CONFIG_SECRET,
     EXPORTER_PORT,
     PORT,
     MetadataEndpoint,
     RedisSettings,
+    config_secret,
     data_container,
     durability_flags,
+    engine_password,
     exporter_container,
-    exporter_passwords,
     redis_conf,
 )
 from .redis_sentinel import SentinelSettings, sentinel_engine
@@ -114,7 +114,7 @@ def statefulset_spec(s: MetadataSettings, labels: dict[str, str], exporter: Reso
     containers = [data_container(s, ["redis-server", "/etc/redis/redis.conf", *durability_flags()])]
     if exporter:
         containers.append(exporter_container(exporter, PORT))
-    config = {"name": "config", "secret": {"secretName": "redis-config"}}
+    config = {"name": "config", "secret": {"secretName": CONFIG_SECRET}}
     return {
         "serviceName": "redis",
         "replicas": 1,
@@ -134,17 +134,9 @@ def standalone_engine(
 ) -> MetadataEndpoint:
     """One Redis server with a password, AOF persistence and a data volume, behind the `redis` Service."""
     child = pulumi.ResourceOptions(parent=parent)
-    password = random.RandomPassword(f"{name}-password", length=40, special=False, opts=child)
-    data = {"redis.conf": password.result.apply(lambda p: redis_conf(s, p)), "password": password.result}
-    if exporter:
-        data[EXPORTER_PASSWORDS] = password.result.apply(lambda p: exporter_passwords(p, PORT))
-    config = k8s.core.v1.Secret(
-        f"{name}-config",
-        metadata={"name": "redis-config", "namespace": ns.metadata.name},
-        type="Opaque",
-        string_data=data,
-        opts=child,
-    )
+    password = engine_password(name, child)
+    files = {"redis.conf": password.result.apply(lambda p: redis_conf(s, p))}
+    config = config_secret(name, ns.metadata.name, password.result, files, (PORT,) if exporter else (), child)
     labels = kube.labels("redis", "metadata-engine")
     service = k8s.core.v1.Service(
         f"{name}-service",

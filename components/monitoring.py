@@ -13,7 +13,7 @@ the name of the missing CRD before anything is created (set `monitoring.enabled:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,20 +88,21 @@ class MonitoringArgs:
     """What the scrape objects wait for (the releases and workloads they select)."""
 
 
-def pod_monitor_spec(labels: Mapping[str, str], port: str, interval: str) -> dict[str, Any]:
-    return {"selector": {"matchLabels": dict(labels)}, "podMetricsEndpoints": [{"port": port, "interval": interval}]}
-
-
-def pods_labelled(key: str, values: list[str], interval: str, namespaces: list[str] | None = None) -> dict[str, Any]:
-    """A PodMonitor ``spec`` for the pods whose ``key`` label is one of ``values`` (port `metrics`), in its own
-    namespace or in ``namespaces``."""
+def pod_monitor_spec(selector: Mapping[str, Any], interval: str, namespaces: Sequence[str] = ()) -> dict[str, Any]:
+    """A PodMonitor ``spec``: port `metrics` of the pods ``selector`` (a label selector) picks, in the
+    PodMonitor's own namespace or in ``namespaces``."""
     spec: dict[str, Any] = {
-        "selector": {"matchExpressions": [{"key": key, "operator": "In", "values": values}]},
+        "selector": dict(selector),
         "podMetricsEndpoints": [{"port": "metrics", "interval": interval}],
     }
     if namespaces:
-        spec["namespaceSelector"] = {"matchNames": namespaces}
+        spec["namespaceSelector"] = {"matchNames": sorted(set(namespaces))}
     return spec
+
+
+def label_in(key: str, values: list[str]) -> dict[str, Any]:
+    """A label selector for the pods whose ``key`` label is one of ``values``."""
+    return {"matchExpressions": [{"key": key, "operator": "In", "values": values}]}
 
 
 def service_monitor_spec(labels: Mapping[str, str], port: str, interval: str, path: str = "/metrics") -> dict:
@@ -162,14 +163,18 @@ class Monitoring(pulumi.ComponentResource):
                 "PodMonitor",
                 "juicefs-mounts",
                 ns,
-                pod_monitor_spec(JUICEFS_MOUNT_LABELS, "metrics", every),
+                pod_monitor_spec({"matchLabels": JUICEFS_MOUNT_LABELS}, every),
             )
             self._custom(
-                "juicefs-csi", "PodMonitor", "juicefs-csi", ns, pod_monitor_spec(JUICEFS_CSI_LABELS, "metrics", every)
+                "juicefs-csi",
+                "PodMonitor",
+                "juicefs-csi",
+                ns,
+                pod_monitor_spec({"matchLabels": JUICEFS_CSI_LABELS}, every),
             )
         if args.metadata_namespace:
             labels = {"app.kubernetes.io/component": "metadata-engine"}
-            spec = pod_monitor_spec(labels, "metrics", every)
+            spec = pod_monitor_spec({"matchLabels": labels}, every)
             self._custom("metadata", "PodMonitor", "metadata-engine", args.metadata_namespace, spec)
         if args.volcano_namespace:
             spec = service_monitor_spec(VOLCANO_SCHEDULER_LABELS, "metrics", every)
@@ -177,10 +182,10 @@ class Monitoring(pulumi.ComponentResource):
             spec = service_monitor_spec(VOLCANO_CONTROLLER_LABELS, "metrics", every)
             self._custom("volcano-controllers", "ServiceMonitor", "volcano-controllers", args.volcano_namespace, spec)
         if args.fluid_namespace:
-            spec = pods_labelled("control-plane", FLUID_CONTROLLERS, every)
+            spec = pod_monitor_spec(label_in("control-plane", FLUID_CONTROLLERS), every)
             self._custom("fluid", "PodMonitor", "fluid-controllers", args.fluid_namespace, spec)
             if args.dataset_namespaces:
-                spec = pods_labelled("role", FLUID_JUICEFS_ROLES, every, sorted(args.dataset_namespaces))
+                spec = pod_monitor_spec(label_in("role", FLUID_JUICEFS_ROLES), every, args.dataset_namespaces)
                 self._custom("fluid-runtimes", "PodMonitor", "fluid-juicefs-runtimes", args.fluid_namespace, spec)
         if args.minio_namespace:
             spec = service_monitor_spec(kube.labels("minio", "object-store"), "s3", every, "/minio/v2/metrics/cluster")

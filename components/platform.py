@@ -120,7 +120,7 @@ class Platform(pulumi.ComponentResource):
             minio_namespace=s.object_store.namespace if s.object_store.backend == "minio" else None,
             volcano_namespace=s.volcano.namespace if s.volcano.enabled else None,
             fluid_namespace=s.fluid.namespace if s.fluid.enabled else None,
-            dataset_namespaces=sorted({d.namespace for d in s.fluid.datasets}) if s.fluid.enabled else [],
+            dataset_namespaces=[d.namespace for d in s.fluid.datasets] if s.fluid.enabled else [],
             ceph=s.rook_ceph.enabled,
             after=parts,
         )

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import pulumi
+import pulumi_kubernetes as k8s
+import pulumi_random as random
 from pydantic import Field
 
 from . import kube, versions
@@ -113,6 +116,38 @@ def data_container(settings: RedisSettings, command: list[str], *mounts: dict[st
             {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
             *mounts,
         ],
+    )
+
+
+CONFIG_SECRET = "redis-config"
+"""The Secret every Redis and Sentinel pod mounts at CONFIG_DIR."""
+
+
+def engine_password(name: str, child: pulumi.ResourceOptions) -> random.RandomPassword:
+    """The metadata engine's password: one resource name for every in-cluster layout, so changing the layout
+    keeps the password (and the URL clients hold stays valid until the new layout serves)."""
+    return random.RandomPassword(f"{name}-password", length=40, special=False, opts=child)
+
+
+def config_secret(
+    name: str,
+    namespace: pulumi.Input[str],
+    password: pulumi.Output[str],
+    files: Mapping[str, pulumi.Input[str]],
+    exporter_ports: tuple[int, ...],
+    child: pulumi.ResourceOptions,
+) -> k8s.core.v1.Secret:
+    """The config Secret: the layout's config ``files``, the password, and with ``exporter_ports`` the password
+    file of the redis_exporter beside each of those ports."""
+    data: dict[str, pulumi.Input[str]] = {**files, "password": password}
+    if exporter_ports:
+        data[EXPORTER_PASSWORDS] = password.apply(lambda p: exporter_passwords(p, *exporter_ports))
+    return k8s.core.v1.Secret(
+        f"{name}-config",
+        metadata={"name": CONFIG_SECRET, "namespace": namespace},
+        type="Opaque",
+        string_data=data,
+        opts=child,
     )
 
 

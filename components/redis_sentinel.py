@@ -17,21 +17,21 @@ from typing import Any, Literal
 
 import pulumi
 import pulumi_kubernetes as k8s
-import pulumi_random as random
 from pydantic import Field
 
 from . import kube, versions
 from .redis import (
     CONFIG_DIR,
-    EXPORTER_PASSWORDS,
+    CONFIG_SECRET,
     EXPORTER_PORT,
     PORT,
     MetadataEndpoint,
     RedisSettings,
+    config_secret,
     data_container,
     durability_flags,
+    engine_password,
     exporter_container,
-    exporter_passwords,
     ping_probe,
     redis_conf,
 )
@@ -139,7 +139,7 @@ def start_env(s: SentinelSettings, namespace: str, service: str) -> list[dict[st
 
 
 VOLUMES = [
-    {"name": "config", "secret": {"secretName": "redis-config"}},
+    {"name": "config", "secret": {"secretName": CONFIG_SECRET}},
     {"name": "scripts", "configMap": {"name": "redis-start"}},
 ]
 SCRIPTS_MOUNT = {"name": "scripts", "mountPath": SCRIPTS_DIR, "readOnly": True}
@@ -229,20 +229,12 @@ def _config(
     child: pulumi.ResourceOptions,
 ) -> tuple[k8s.core.v1.Secret, k8s.core.v1.ConfigMap]:
     """The config Secret (redis.conf, sentinel.conf, the password) and the start script's ConfigMap."""
-    data = {
+    files = {
         "redis.conf": password.apply(lambda p: redis_conf(r, p, *replication_lines(s, p))),
         "sentinel.conf": password.apply(lambda p: sentinel_conf(s, p)),
-        "password": password,
     }
-    if exporter:
-        data[EXPORTER_PASSWORDS] = password.apply(lambda p: exporter_passwords(p, PORT, SENTINEL_PORT))
-    config = k8s.core.v1.Secret(
-        f"{name}-config",
-        metadata={"name": "redis-config", "namespace": ns.metadata.name},
-        type="Opaque",
-        string_data=data,
-        opts=child,
-    )
+    ports = (PORT, SENTINEL_PORT) if exporter else ()
+    config = config_secret(name, ns.metadata.name, password, files, ports, child)
     scripts = k8s.core.v1.ConfigMap(
         f"{name}-start-script",
         metadata={"name": "redis-start", "namespace": ns.metadata.name},
@@ -280,7 +272,7 @@ def sentinel_engine(
 ) -> MetadataEndpoint:
     """Data nodes and Sentinels sharing one generated password; the metadata URL names the Sentinels."""
     child = pulumi.ResourceOptions(parent=parent)
-    password = random.RandomPassword(f"{name}-password", length=40, special=False, opts=child)
+    password = engine_password(name, child)
     config, scripts = _config(name, r, s, password.result, ns, exporter, child)
     data_labels = kube.labels("redis", "metadata-engine")
     sentinel_labels = kube.labels("redis-sentinel", "metadata-engine")
