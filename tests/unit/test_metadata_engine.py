@@ -1,5 +1,7 @@
 """MetadataEngine: Redis configured so JuiceFS never loses metadata."""
 
+import json
+
 import pulumi
 import pytest
 
@@ -284,3 +286,17 @@ def test_the_cli_refuses_to_move_a_protected_stack_off_its_engine(tmp_path, caps
     err = capsys.readouterr().err
     assert "metadata.engine: expected standalone" in err and "metadata.migratedFrom: standalone" in err
     assert "Traceback" not in err and not out.exists()
+
+
+def test_a_protected_stack_updates_again_from_the_outputs_it_exported(tmp_path, capsys):
+    """The guard reads the engine from the stack's own last outputs: prod (Sentinel) must export it, or its next
+    update would read the old `metadataService` fallback (one Redis) and refuse itself."""
+    first = tmp_path / "first"
+    assert main(["render", "--stack", "prod", "--out", str(first)]) == 0
+    outputs = json.loads((first / "outputs.json").read_text())
+    assert outputs["metadataEngine"] == "sentinel"
+    again = tmp_path / "again"
+    previous = first / "outputs.json"
+    assert main(["render", "--stack", "prod", "--stack-outputs", str(previous), "--out", str(again)]) == 0, (
+        capsys.readouterr().err
+    )
