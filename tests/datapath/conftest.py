@@ -39,7 +39,7 @@ def generated_config(stack: str = "dev") -> dict:
     offsite = state["ai-storage-training-checkpoints-offsite"]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     copy = offsite["containers"][0]
     redis_config = revealed(state["ai-storage-metadata-config"]["stringData"])
-    patch = state["ai-storage-juicefs-csi-driver"]["values"]["globalConfig"]["mountPodPatch"][0]
+    patches = state["ai-storage-juicefs-csi-driver"]["values"].get("globalConfig", {}).get("mountPodPatch", [])
     return {
         "redis_conf": redis_config["redis.conf"],
         "exporter_passwords": redis_config["exporter-passwords.json"],
@@ -47,7 +47,7 @@ def generated_config(stack: str = "dev") -> dict:
         "mount_options": list(state["ai-storage-tiers-cold"]["mountOptions"]),
         "offsite_script": copy["command"][-1],
         "offsite_env": {e["name"]: e["value"] for e in copy["env"]},
-        "mount_pod_post_start": list(patch["lifecycle"]["postStart"]["exec"]["command"]),
+        "mount_pod_post_start": [c for p in patches for c in p["lifecycle"]["postStart"]["exec"]["command"]],
         # With engine sentinel (the prod stack): sentinel.conf, the start script every metadata pod runs, and the
         # environment the data StatefulSet gives it; the volume Secret's metaurl is then the Sentinel URL.
         "sentinel_conf": redis_config.get("sentinel.conf"),
@@ -89,6 +89,8 @@ def unavailable(reason: str) -> NoReturn:
 
 
 def pytest_terminal_summary(terminalreporter):
+    ran = ", ".join(f"{name} {version}" for name, version in harness.program_versions().items())
+    terminalreporter.write_line(f"datapath: programs run (docs/datapath.md, Tested versions): {ran}")
     for reason in _SKIP_REASONS:
         terminalreporter.write_line(f"datapath: tests SKIPPED because: {reason}", yellow=True, bold=True)
 
@@ -156,8 +158,8 @@ def mounted(stack, fuse_ok, generated, juicefs_flags):
 
 
 BINARIES = {
-    "redis-server": "apt-get install redis-server",
-    "redis-sentinel": "apt-get install redis-sentinel",
+    "redis-server": "scripts/redis8",
+    "redis-sentinel": "scripts/redis8",
     "prometheus": "apt-get install prometheus",
     "promtool": "apt-get install prometheus",
     "prometheus-redis-exporter": "apt-get install prometheus-redis-exporter",

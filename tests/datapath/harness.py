@@ -69,14 +69,48 @@ class FuseUnavailable(HarnessError):
 # binaries and small helpers
 
 
+REDIS8_BIN = Path(os.environ.get("AI_STORAGE_REDIS8", "/opt/ai-storage-platform/redis8")) / "bin"
+"""Where ``scripts/redis8`` puts Redis 8 (the major the platform ships): the only place Redis is taken from."""
+REDIS_PROGRAMS = ("redis-server", "redis-sentinel")
+
+
 def find_binary(name: str) -> str:
-    """Locate ``name`` next to the running interpreter (the venv's bin) or on PATH."""
+    """Locate ``name``: Redis in :data:`REDIS8_BIN` only, anything else next to the running interpreter (the
+    venv's bin) or on PATH."""
+    if name in REDIS_PROGRAMS:
+        redis = REDIS8_BIN / name
+        if not os.access(redis, os.X_OK):
+            raise HarnessError(f"{name} not found in {REDIS8_BIN} (scripts/redis8 installs Redis 8 there)")
+        return str(redis)
     candidate = Path(sys.executable).parent / name
     if candidate.exists() and os.access(candidate, os.X_OK):
         return str(candidate)
     found = shutil.which(name)
     if not found:
         raise HarnessError(f"{name} not found next to {sys.executable} nor on PATH")
+    return found
+
+
+VERSIONED_PROGRAMS = {
+    "redis-server": r"Redis server v=(\S+)",
+    "redis-sentinel": r"Redis server v=(\S+)",
+    "prometheus-redis-exporter": r"Redis Metrics Exporter v?([0-9.]+[0-9])",
+    "juicefs": r"juicefs version ([0-9.]+[0-9])",
+    "prometheus": r"prometheus, version ([0-9.]+[0-9])",
+}
+"""The real programs whose versions the suite records, and how each prints its version (``--version``)."""
+
+
+def program_versions() -> dict[str, str]:
+    """``{program: upstream version}`` of the real programs this machine runs (missing ones left out)."""
+    found = {}
+    for name, pattern in VERSIONED_PROGRAMS.items():
+        try:
+            run = subprocess.run([find_binary(name), "--version"], capture_output=True, text=True, timeout=30)
+        except HarnessError:
+            continue
+        m = re.search(pattern, run.stdout + run.stderr)
+        found[name] = m.group(1) if m else f"unknown ({(run.stdout + run.stderr).strip()[:80]})"
     return found
 
 

@@ -128,6 +128,12 @@ class SentinelCluster:
         os.killpg(node.process.pid, signal.SIGKILL)
         node.process.wait(timeout=10)
 
+    def freeze(self, node: Node, frozen: bool = True) -> None:
+        """SIGSTOP (or SIGCONT) the node's process: a frozen node keeps its sockets open and answers nothing, as
+        a hung or partitioned one does, so a client notices only through its own read timeout."""
+        assert node.process is not None
+        os.killpg(node.process.pid, signal.SIGSTOP if frozen else signal.SIGCONT)
+
     def wait(self, condition, what: str, timeout: float = 60):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -119,6 +119,9 @@ def _reads_over(m, size: int) -> float:
 def test_the_mount_pods_post_start_raises_the_read_ahead_so_reads_become_1_mib(stack, fuse_ok, generated, tmp_path):
     """The platform's mount pod patch, run as the mount pod runs it (the CSI driver fills in ${MOUNT_POINT}),
     against the real FUSE mount with the generated options (max-fuse-io=1M)."""
+    assert generated["mount_pod_post_start"], (
+        "the platform sets no mount pod postStart (juicefs.cache.fuseReadAheadKib)"
+    )
     with stack.mount(generated["mount_options"], name="read-ahead") as m:
         data = m.mountpoint / "read-ahead.bin"
         data.write_bytes(os.urandom(16 * 1024 * 1024))
@@ -139,6 +142,9 @@ def test_the_mount_pods_post_start_raises_the_read_ahead_so_reads_become_1_mib(s
 
 
 def test_the_post_start_gives_up_quietly_when_nothing_is_mounted(tmp_path, generated):
+    assert generated["mount_pod_post_start"], (
+        "the platform sets no mount pod postStart (juicefs.cache.fuseReadAheadKib)"
+    )
     command = [
         part.replace("${MOUNT_POINT}", str(tmp_path / "never-mounted")) for part in generated["mount_pod_post_start"]
     ]
