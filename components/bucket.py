@@ -9,10 +9,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pulumi
+import pulumi_kubernetes as k8s
 
 from . import kube, versions
 from .section import Resources
 
+ROLE_ANNOTATION = "eks.amazonaws.com/role-arn"
+"""The ServiceAccount annotation EKS reads to give a pod's AWS clients the account's IAM role."""
 PREFIX = re.compile(r"^([a-z0-9][a-z0-9._-]*/)+$")
 """A scope's key prefix: one or more lowercase path segments, each ending in ``/``."""
 OBJECT_ACTIONS = [
@@ -98,13 +101,11 @@ class Bucket:
     bucket_url: pulumi.Output[str]
     """Bucket URL in the form JuiceFS expects (`<endpoint>/<bucket>` or the virtual-hosted S3 URL)."""
     access_key: pulumi.Output[str]
-    """Access key id (secret; empty with IAM roles for service accounts)."""
+    """Admin access key id (secret): MinIO's root user, the RGW bucket owner; empty on AWS S3 (no admin key)."""
     secret_key: pulumi.Output[str]
-    """Secret access key (secret; empty with IAM roles for service accounts)."""
+    """Admin secret access key (secret; empty on AWS S3)."""
     scope: Scoper
     """Creates credentials that reach one prefix of the bucket."""
-    role_arn: pulumi.Output[str] | None = None
-    """IAM role for service accounts (AWS S3 with `oidcProviderArn` only)."""
 
 
 def object_url(storage: str, bucket_url: str, prefix: str) -> tuple[str, list[str]]:
@@ -132,4 +133,28 @@ def sync_container(
         command=["/bin/sh", "-c", target.apply(lambda t: script(t[1]))],
         env=[{"name": "HOME", "value": "/tmp"}, {"name": "DESTINATION", "value": target.apply(lambda t: t[0])}, *env],
         volumeMounts=[*mounts, kube.TMP_MOUNT],
+    )
+
+
+def role_account(
+    resource_name: str,
+    name: str,
+    namespace: k8s.core.v1.Namespace | str,
+    role_arn: pulumi.Input[str],
+    parent: Any,
+    after: Sequence[pulumi.Resource] = (),
+) -> k8s.core.v1.ServiceAccount:
+    """A ServiceAccount ``name`` that carries an IAM role (IRSA): pods that run as it reach the bucket with the
+    role, no keys. EKS mounts its web identity token itself, so pods keep no API token."""
+    ns = namespace.metadata.name if isinstance(namespace, k8s.core.v1.Namespace) else namespace
+    return k8s.core.v1.ServiceAccount(
+        resource_name,
+        metadata={
+            "name": name,
+            "namespace": ns,
+            "labels": kube.labels(name, "object-store-access"),
+            "annotations": {ROLE_ANNOTATION: role_arn},
+        },
+        automount_service_account_token=False,
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(after)),
     )

@@ -139,10 +139,13 @@ def offsite_script(sync_flags: list[str]) -> str:
     return "\n".join(
         [
             "set -u",
-            "# Credentials come from a Secret mounted as files, never from the environment of the pod spec.",
-            'AWS_ACCESS_KEY_ID="$(cat "$SECRETS/access-key")"',
-            'AWS_SECRET_ACCESS_KEY="$(cat "$SECRETS/secret-key")"',
-            "export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY",
+            "# Keys come from a Secret mounted as files, never from the environment of the pod spec; without",
+            "# one (IAM roles for service accounts) the client uses the pod's role.",
+            'if [ -f "$SECRETS/access-key" ]; then',
+            '  AWS_ACCESS_KEY_ID="$(cat "$SECRETS/access-key")"',
+            '  AWS_SECRET_ACCESS_KEY="$(cat "$SECRETS/secret-key")"',
+            "  export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY",
+            "fi",
             "failed=0",
             f'for dir in "$CHECKPOINTS"/{layout.STEP_GLOB}/; do',
             '  name="$(basename "$dir")"',
@@ -192,13 +195,21 @@ def offsite_cronjob_spec(
 
 @dataclass(frozen=True)
 class OffsiteTarget:
-    """The bucket offsite copies go to, and the keys that write it."""
+    """The bucket offsite copies go to, and the credentials that write it (scoped to `checkpoints/<namespace>/`:
+    keys, or with IAM roles for service accounts the role of the copy's ServiceAccount)."""
 
     storage: pulumi.Input[str]
     """JuiceFS storage type (`minio`, `s3`)."""
     bucket_url: pulumi.Input[str]
     access_key: pulumi.Input[str]
     secret_key: pulumi.Input[str]
+    role_arn: pulumi.Input[str] | None = None
+    """The IAM role of the ServiceAccount :func:`offsite_account` (keys empty then)."""
+
+
+def offsite_account(claim: str) -> str:
+    """The ServiceAccount the offsite copy of ``claim`` runs as (the one its scoped access names)."""
+    return f"{claim}-offsite"
 
 
 def protect_checkpoints(
@@ -244,27 +255,32 @@ def _offsite(
     parent: pulumi.Resource,
     after: list[pulumi.Resource],
 ) -> None:
-    """The keys as a Secret in ``namespace`` and the CronJob copying to ``checkpoints/<namespace>/<claim>/``."""
-    from .bucket import object_url
+    """The keys as a Secret in ``namespace`` (no keys with IAM roles: a ServiceAccount with the role instead)
+    and the CronJob copying to ``checkpoints/<namespace>/<claim>/``."""
+    from .bucket import object_url, role_account
 
     secret_name = f"{claim}-offsite-credentials"
+    keys = {"access-key": target.access_key, "secret-key": target.secret_key} if target.role_arn is None else {}
     secret = k8s.core.v1.Secret(
         f"{name}-offsite-credentials",
         metadata={"name": secret_name, "namespace": namespace, "labels": kube.labels("checkpoint-offsite", claim)},
         type="Opaque",
-        string_data={
-            "access-key": pulumi.Output.secret(target.access_key),
-            "secret-key": pulumi.Output.secret(target.secret_key),
-        },
+        string_data={key: pulumi.Output.secret(value) for key, value in keys.items()},
         opts=pulumi.ResourceOptions(parent=parent, depends_on=after),
     )
     prefix = f"{OFFSITE_PREFIX}{namespace}/{claim}/"
     destination = pulumi.Output.all(target.storage, target.bucket_url).apply(lambda a: object_url(a[0], a[1], prefix))
+    spec = offsite_cronjob_spec(claim, s, secret_name, destination)
+    uses: list[pulumi.Resource] = [secret]
+    if target.role_arn is not None:
+        account = offsite_account(claim)
+        uses.append(role_account(f"{name}-offsite-account", account, namespace, target.role_arn, parent, after))
+        spec["jobTemplate"]["spec"]["template"]["spec"]["serviceAccountName"] = account
     k8s.batch.v1.CronJob(
         f"{name}-offsite",
         metadata=kube.workload_metadata(f"{claim}-offsite", namespace, COPY_RESOURCES),
-        spec=offsite_cronjob_spec(claim, s, secret_name, destination),
-        opts=pulumi.ResourceOptions(parent=parent, depends_on=[*after, secret]),
+        spec=spec,
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=[*after, *uses]),
     )
 
 

@@ -68,13 +68,12 @@ class ObjectStore(pulumi.ComponentResource):
     storage_type: str
     """JuiceFS storage type for this backend (`minio`, or `s3` for AWS S3 and Ceph RGW)."""
     access_key: pulumi.Output[str]
-    """Access key id (secret; empty when IAM roles for service accounts are used)."""
+    """Admin access key id (secret): MinIO's root user, the RGW bucket owner; empty on AWS S3. No client of the
+    platform uses it: each gets :meth:`scoped_access`."""
     secret_key: pulumi.Output[str]
-    """Secret access key (secret; empty when IAM roles for service accounts are used)."""
+    """Admin secret access key (secret; empty on AWS S3)."""
     credentials_secret: pulumi.Output[str]
     """Name of the Kubernetes Secret holding `access-key`, `secret-key`, `endpoint` and `bucket`."""
-    role_arn: pulumi.Output[str] | None
-    """IAM role for service accounts (S3 with `oidcProviderArn` only)."""
     scopes: dict[str, ScopedAccess]
     """Every scoped access made so far, by name."""
 
@@ -88,7 +87,7 @@ class ObjectStore(pulumi.ComponentResource):
         store = self._bucket(name, args, ns)
         self._scope = store.scope
         self.storage_type, self.endpoint, self.bucket = store.storage_type, store.endpoint, store.bucket
-        self.bucket_url, self.role_arn = store.bucket_url, store.role_arn
+        self.bucket_url = store.bucket_url
         self.access_key, self.secret_key = store.access_key, store.secret_key
         secret = k8s.core.v1.Secret(
             f"{name}-credentials",

@@ -9,14 +9,14 @@ from typing import Any
 import pulumi
 
 from .acceptance import StorageAcceptance, StorageAcceptanceArgs
-from .checkpoints import OFFSITE_PREFIX, OffsiteTarget
+from .checkpoints import OFFSITE_PREFIX, OffsiteTarget, offsite_account
 from .fluid import BucketSource, Fluid, FluidArgs
-from .juicefs import JuiceFS, JuiceFSArgs, JuiceFSSource
+from .juicefs import CHART_ACCOUNTS, MOUNT_ACCOUNT, JuiceFS, JuiceFSArgs, JuiceFSSource
 from .local_nvme import LocalNVMe, LocalNVMeArgs
-from .metadata_backup import BACKUP_PREFIX
+from .metadata_backup import BACKUP_ACCOUNT, BACKUP_PREFIX
 from .metadata_engine import MetadataEngine, MetadataEngineArgs, previous_engine
 from .monitoring import Monitoring, MonitoringArgs
-from .object_store import ObjectStore, ObjectStoreArgs
+from .object_store import ObjectStore, ObjectStoreArgs, ScopedAccess
 from .rook_ceph import RookCeph, RookCephArgs
 from .settings import PlatformSettings
 from .storage_tiers import StorageTiers, StorageTiersArgs, TierBackend
@@ -87,16 +87,23 @@ class Platform(pulumi.ComponentResource):
             metadata = MetadataEngineArgs(s.metadata, protect, previous, exporter)
             self.metadata = MetadataEngine(f"{name}-metadata", metadata, child)
             store = self.object_store
+            volume = self._volume_access(s)
             self._volume = JuiceFSSource(
                 s.juicefs.volume_name,
                 self.metadata.url,
                 store.storage_type,
                 store.bucket_url,
-                store.access_key,
-                store.secret_key,
+                volume.access_key,
+                volume.secret_key,
                 self.metadata.client_env,
+                volume.role_arn,
             )
-            backends["juicefs"] = JuiceFS(f"{name}-juicefs", JuiceFSArgs(s.juicefs, self._volume), child)
+            backup = None
+            if s.juicefs.metadata_backup.enabled:
+                account = (s.juicefs.namespace, BACKUP_ACCOUNT)
+                backup = store.scoped_access("metadata-backup", BACKUP_PREFIX, account)
+            juicefs = JuiceFSArgs(s.juicefs, self._volume, backup)
+            backends["juicefs"] = JuiceFS(f"{name}-juicefs", juicefs, child)
         tiers = StorageTiers(f"{name}-tiers", StorageTiersArgs(s.tiers, backends), child)
         self.storage_classes = tiers.classes
         if s.acceptance.enabled:
@@ -107,6 +114,18 @@ class Platform(pulumi.ComponentResource):
         # Last: the ceph-rgw bucket policy needs every scoped access asked for above.
         self.object_store.finish()
         self.register_outputs({"storage_classes": self.storage_classes})
+
+    def _volume_access(self, s: PlatformSettings) -> ScopedAccess:
+        """The JuiceFS volume's access: only its data prefix (`juicefs format` stores a volume under
+        `<volume name>/`); with IAM roles, a role for the mount pods and the CSI controller and node."""
+        ns = s.juicefs.namespace
+        chart = [(ns, account) for account in CHART_ACCOUNTS.values()]
+        extra = [tuple(a.split(":", 1)) for a in s.object_store.s3.service_accounts]
+        trusted = [*chart, *((a[0], a[1]) for a in extra if (a[0], a[1]) not in chart)]
+        volume = s.juicefs.volume_name
+        return self.object_store.scoped_access(
+            "juicefs-volume", f"{volume}/", (ns, MOUNT_ACCOUNT), also_trusted=trusted
+        )
 
     def _monitoring(self, name: str, s: PlatformSettings) -> None:
         """Scrape objects for the parts this stack runs, its alert rules and dashboards."""
@@ -146,7 +165,15 @@ class Platform(pulumi.ComponentResource):
                 if s.fluid.enabled and s.fluid.data_affinity == "required" and d.namespace == t.workload_namespace
             ]
             store = self.object_store
-            offsite = OffsiteTarget(store.storage_type, store.bucket_url, store.access_key, store.secret_key)
+            offsite = None
+            if s.checkpoints.offsite.enabled:
+                ns = t.workload_namespace
+                access = store.scoped_access(
+                    f"offsite-{ns}", f"{OFFSITE_PREFIX}{ns}/", (ns, offsite_account(t.checkpoint_claim))
+                )
+                offsite = OffsiteTarget(
+                    store.storage_type, store.bucket_url, access.access_key, access.secret_key, access.role_arn
+                )
             args = TrainingArgs(
                 t,
                 self.volcano.release,

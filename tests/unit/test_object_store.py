@@ -80,17 +80,14 @@ def test_s3_bucket_has_versioning_encryption_public_block_and_lifecycle(build):
     assert all(block[k] for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets"))
     rule = inputs_of(monitor, "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration")[0]["rules"][0]
     assert rule["transitions"] == [{"days": 14, "storageClass": "STANDARD_IA"}]
-    assert "aws:iam/accessKey:AccessKey" in types
     assert result.outputs["endpoint"] == "https://s3.eu-west-1.amazonaws.com"
 
 
-def test_s3_with_oidc_uses_a_role_for_service_accounts_not_keys(build):
+def test_s3_has_no_admin_credentials_only_scopes(build):
     arn = "arn:aws:iam::123456789012:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/ABC"
-    _, monitor = build(lambda: store(ObjectStoreSettings(backend="s3", s3=S3Settings(oidc_provider_arn=arn))))
-    types = [r.type for r in monitor.registrations]
-    assert "aws:iam/role:Role" in types and "aws:iam/accessKey:AccessKey" not in types
-    trust = inputs_of(monitor, "aws:iam/role:Role")[0]["assumeRolePolicy"]
-    assert "system:serviceaccount:juicefs-csi:juicefs-csi-node-sa" in trust
+    for s3 in (S3Settings(), S3Settings(oidc_provider_arn=arn)):
+        _, monitor = build(lambda s3=s3: store(ObjectStoreSettings(backend="s3", s3=s3)))
+        assert not [r for r in monitor.registrations if r.type.startswith("aws:iam/")]
 
 
 def test_protect_flag_guards_bucket_and_data_volumes(build):
