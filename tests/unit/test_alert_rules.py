@@ -136,8 +136,9 @@ def cases(t: AlertThresholds) -> dict[str, list[tuple[dict[str, str], dict[str, 
                 f"ai_storage_checkpoint_{what}_seconds_count{{{p}}}": counter(2),
             }
             out.setdefault(alert, []).append((series, pod, severities))
+        # Just below the warning level: a ratio of failures to successful saves only (not to all) would cross it.
         share = {
-            "ok": failed.warning / 2,
+            "ok": failed.warning * 0.96,
             "warn": between(failed.warning, failed.critical),
             "crit": failed.critical * 2,
         }
