@@ -1,9 +1,9 @@
 """Checkpoint protection: scheduled CSI snapshots of a checkpoint claim, and offsite copies of complete
 checkpoints in the object store.
 
-A training job writes a checkpoint as ``step-NNNNNNNN/`` (shards and ``manifest.json``) and marks it complete
-with a ``COMPLETE`` file last (the convention in ``tests/datapath/checkpoint.py``). Snapshots are
-crash-consistent copies of the whole claim, kept ``keep`` at a time; a restore from one uses only the
+A training job writes a checkpoint as ``step-NNNNNNNN/`` and marks it complete with a ``COMPLETE`` file last:
+the layout of the training library's CheckpointManager (``ai_storage_training.layout``, its one definition).
+Snapshots are crash-consistent copies of the whole claim, kept ``keep`` at a time; a restore from one uses only the
 checkpoints that carry the marker. The offsite copy uploads only complete checkpoints, with ``juicefs sync``,
 each checkpoint's marker last, so a copy in the bucket is complete exactly when its marker is there.
 """
@@ -17,11 +17,13 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field
 
+from ai_storage_training import layout
+
 from . import kube, versions
 from .bucket import sync_container
 from .section import Resources, Section
 
-MARKER = "COMPLETE"
+MARKER = layout.MARKER
 """The file a checkpoint writer creates last, inside ``step-*/``."""
 OFFSITE_PREFIX = "checkpoints/"
 """Where offsite copies land in the bucket: ``checkpoints/<namespace>/<claim>/step-*/``."""
@@ -145,7 +147,7 @@ def offsite_script(sync_flags: list[str]) -> str:
             'AWS_SECRET_ACCESS_KEY="$(cat "$SECRETS/secret-key")"',
             "export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY",
             "failed=0",
-            'for dir in "$CHECKPOINTS"/step-*/; do',
+            f'for dir in "$CHECKPOINTS"/{layout.STEP_GLOB}/; do',
             '  name="$(basename "$dir")"',
             f'  if [ ! -f "${{dir}}{MARKER}" ]; then',
             f'    echo "skip $name: no {MARKER} marker (in flight or incomplete)"; continue',
