@@ -29,6 +29,9 @@ OFFSITE_PREFIX = "checkpoints/"
 """Where offsite copies land in the bucket: ``checkpoints/<namespace>/<claim>/step-*/``."""
 SNAPSHOT_API = "snapshot.storage.k8s.io/v1"
 SNAPSHOT_LABEL = "ai-storage-platform/snapshot-of"
+SNAPSHOTS_SUFFIX = "-snapshots"
+OFFSITE_SUFFIX = "-offsite"
+"""The snapshot and offsite CronJobs are named ``<claim><suffix>`` (the protection alerts select them so)."""
 CRON = r"^(\S+\s+){4}\S+$"
 RESOURCES = Resources(cpu_request="50m", cpu_limit="500m", memory_request="64Mi", memory_limit="256Mi")
 COPY_RESOURCES = Resources(cpu_request="100m", cpu_limit="1", memory_request="256Mi", memory_limit="1Gi")
@@ -209,7 +212,7 @@ class OffsiteTarget:
 
 def offsite_account(claim: str) -> str:
     """The ServiceAccount the offsite copy of ``claim`` runs as (the one its scoped access names)."""
-    return f"{claim}-offsite"
+    return f"{claim}{OFFSITE_SUFFIX}"
 
 
 def protect_checkpoints(
@@ -225,7 +228,7 @@ def protect_checkpoints(
     ``namespace``, as ``s`` enables them; ``after`` holds the claim and its namespace."""
     child = pulumi.ResourceOptions(parent=parent, depends_on=after)
     if s.snapshots.enabled:
-        account = f"{claim}-snapshots"
+        account = f"{claim}{SNAPSHOTS_SUFFIX}"
         meta = {"name": account, "namespace": namespace, "labels": kube.labels("checkpoint-snapshots", claim)}
         sa = k8s.core.v1.ServiceAccount(f"{name}-snapshot-account", metadata=meta, opts=child)
         role = k8s.rbac.v1.Role(f"{name}-snapshot-role", metadata=meta, rules=snapshot_rules(), opts=child)
@@ -278,7 +281,7 @@ def _offsite(
         spec["jobTemplate"]["spec"]["template"]["spec"]["serviceAccountName"] = account
     k8s.batch.v1.CronJob(
         f"{name}-offsite",
-        metadata=kube.workload_metadata(f"{claim}-offsite", namespace, COPY_RESOURCES),
+        metadata=kube.workload_metadata(f"{claim}{OFFSITE_SUFFIX}", namespace, COPY_RESOURCES),
         spec=spec,
         opts=pulumi.ResourceOptions(parent=parent, depends_on=[*after, *uses]),
     )

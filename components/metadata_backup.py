@@ -27,6 +27,8 @@ class BackupSettings(Section):
 
 
 BACKUP_PREFIX = "meta-backups/"
+BACKUP_CRONJOB = "juicefs-metadata-backup"
+"""Name of the backup CronJob (the protection alerts select it so)."""
 BACKUP_ACCOUNT = "juicefs-metadata-backup"
 """ServiceAccount of the backup with IAM roles for service accounts (it carries the backup's role)."""
 
@@ -139,7 +141,7 @@ def metadata_backup(
     (the Secrets or ServiceAccount it uses) exist."""
     return k8s.batch.v1.CronJob(
         name,
-        metadata=kube.workload_metadata("juicefs-metadata-backup", namespace, BACKUP_RESOURCES),
+        metadata=kube.workload_metadata(BACKUP_CRONJOB, namespace, BACKUP_RESOURCES),
         spec=backup_cronjob_spec(backup, volume_name, target, secrets, account),
         opts=pulumi.ResourceOptions(parent=parent, depends_on=after),
     )
