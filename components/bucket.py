@@ -16,6 +16,10 @@ from .section import Resources
 
 ROLE_ANNOTATION = "eks.amazonaws.com/role-arn"
 """The ServiceAccount annotation EKS reads to give a pod's AWS clients the account's IAM role."""
+PREFIX_ANNOTATION = "ai-storage-platform/prefix"
+"""Annotation (tag on AWS) of a scope's user, Job or role: the prefix it reaches."""
+ACCOUNT_ANNOTATION = "ai-storage-platform/service-account"
+"""Annotation (tag on AWS) of a scope's user, Job or role: `namespace/name` of the ServiceAccount it is for."""
 PREFIX = re.compile(r"^([a-z0-9][a-z0-9._-]*/)+$")
 """A scope's key prefix: one or more lowercase path segments, each ending in ``/``."""
 OBJECT_ACTIONS = [

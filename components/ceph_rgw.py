@@ -23,7 +23,7 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 
 from . import kube
-from .bucket import Bucket, ScopedAccess, prefix_statements
+from .bucket import ACCOUNT_ANNOTATION, PREFIX_ANNOTATION, Bucket, ScopedAccess, prefix_statements
 from .rook_ceph import API, RgwGateway
 
 RGW_USER = "juicefs"
@@ -113,7 +113,7 @@ class RgwScopes:
             metadata={
                 "name": user,
                 "namespace": self.rgw.namespace,
-                "annotations": {"ai-storage-platform/service-account": f"{ns}/{account}"},
+                "annotations": {PREFIX_ANNOTATION: prefix, ACCOUNT_ANNOTATION: f"{ns}/{account}"},
             },
             spec=user_spec(self.rgw.store, f"rgw-{user}-keys", f"Scope {prefix} of the AI storage platform"),
             opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[*self.rgw.depends_on, keys])),

@@ -20,7 +20,7 @@ import pulumi_random as random
 from pydantic import Field
 
 from . import kube, versions
-from .bucket import Bucket, ScopedAccess, Scoper, prefix_policy
+from .bucket import ACCOUNT_ANNOTATION, PREFIX_ANNOTATION, Bucket, ScopedAccess, Scoper, prefix_policy
 from .section import Problem, Quantity, Resources, Section
 
 PORT = 9000
@@ -187,6 +187,7 @@ def minio_scoper(store: str, bucket: str, ns: k8s.core.v1.Namespace, namespace: 
         policy = prefix_policy(bucket, prefix)
         ns_name, account = service_accounts[0]
         labels = {**kube.labels("minio-scope", "object-store"), "ai-storage-platform/scope": name}
+        scope_annotations = {PREFIX_ANNOTATION: prefix, ACCOUNT_ANNOTATION: f"{ns_name}/{account}"}
         keys_name = f"minio-scope-{name}"[:63]
         keys = k8s.core.v1.Secret(
             f"{store}-{name}-keys",
@@ -194,16 +195,21 @@ def minio_scoper(store: str, bucket: str, ns: k8s.core.v1.Namespace, namespace: 
                 "name": keys_name,
                 "namespace": ns.metadata.name,
                 "labels": labels,
-                "annotations": {"ai-storage-platform/service-account": f"{ns_name}/{account}"},
+                "annotations": scope_annotations,
             },
             type="Opaque",
             string_data={"access-key": access_key, "secret-key": password.result},
             opts=opts,
         )
-        checksum = pulumi.Output.all(access_key, password.result).apply(lambda k: _checksum(k[0], k[1]))
+        # A digest reveals nothing of the keys: unsecret it, or the whole Job spec would be hidden in plans.
+        checksum = pulumi.Output.unsecret(
+            pulumi.Output.all(access_key, password.result).apply(lambda k: _checksum(k[0], k[1]))
+        )
         k8s.batch.v1.Job(
             f"{store}-{name}-user-job",
-            metadata=kube.workload_metadata(f"minio-scope-{name}"[:63], ns.metadata.name, JOB_RESOURCES, labels),
+            metadata=kube.workload_metadata(
+                f"minio-scope-{name}"[:63], ns.metadata.name, JOB_RESOURCES, labels, scope_annotations
+            ),
             spec=scope_job_spec(name, namespace, policy, keys_name, checksum),
             opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[*after, keys])),
         )

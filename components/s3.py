@@ -18,7 +18,7 @@ from pydantic import AfterValidator, Field
 from pydantic_core import PydanticCustomError
 
 from . import kube
-from .bucket import Bucket, ScopedAccess, Scoper, prefix_policy
+from .bucket import ACCOUNT_ANNOTATION, PREFIX_ANNOTATION, Bucket, ScopedAccess, Scoper, prefix_policy
 from .section import Section
 
 _SERVICE_ACCOUNT = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?:[a-z0-9]([-.a-z0-9]*[a-z0-9])?$")
@@ -141,7 +141,7 @@ def s3_scoper(store: str, bucket: Any, c: S3Settings) -> Scoper:
     ) -> ScopedAccess:
         policy = bucket.bucket.apply(lambda b: prefix_policy(b, prefix))
         accounts = [f"{ns}:{sa}" for ns, sa in service_accounts]
-        tags = {"ai-storage-platform/prefix": prefix, "ai-storage-platform/service-account": accounts[0]}
+        tags = {PREFIX_ANNOTATION: prefix, ACCOUNT_ANNOTATION: accounts[0].replace(":", "/")}
         if c.oidc_provider_arn:
             role = aws.iam.Role(
                 f"{store}-{name}-role",

@@ -172,7 +172,7 @@ def test_s3_scope_is_an_iam_user_whose_policy_names_only_its_prefix(build):
     result, monitor = build(lambda: two_scopes(store(ObjectStoreSettings(backend="s3", bucket="ai-data-x"))))
     users = {u["name"]: u for u in inputs_of(monitor, "aws:iam/user:User")}
     assert {"ai-data-x-vision", "ai-data-x-backup"} <= set(users)
-    assert users["ai-data-x-vision"]["tags"]["ai-storage-platform/service-account"] == "vision:offsite"
+    assert users["ai-data-x-vision"]["tags"]["ai-storage-platform/service-account"] == "vision/offsite"
     policies = {p["policy"] for p in inputs_of(monitor, "aws:iam/userPolicy:UserPolicy")}
     assert prefix_policy("ai-data-x", "checkpoints/vision/") in policies
     assert prefix_policy("ai-data-x", "meta-backups/") in policies
