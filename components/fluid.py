@@ -8,6 +8,7 @@ runs the runtime's FUSE pods there.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -109,7 +110,9 @@ class FluidArgs:
     """Inputs of Fluid."""
 
     settings: FluidSettings
-    bucket: BucketSource
+    bucket: Callable[[DatasetSettings], BucketSource] | None = None
+    """The bucket as one Alluxio dataset reaches it, with keys that reach only the dataset's directory (None
+    when there is no Alluxio dataset)."""
     juicefs: JuiceFSSource | None = None
     """The JuiceFS volume (None when JuiceFS is disabled: no JuiceFSRuntime then)."""
 
@@ -143,14 +146,18 @@ class Fluid(pulumi.ComponentResource):
                 ns_name = f"{name}-ns-{d.namespace}"
                 self.namespaces[d.namespace] = kube.namespace(ns_name, d.namespace, "privileged", self)
             dns = self.namespaces[d.namespace]
-            source = args.juicefs if d.runtime == "juicefs" else args.bucket
+            source = args.juicefs if d.runtime == "juicefs" else args.bucket(d) if args.bucket else None
             if source is None:
-                raise TypeError(f"FluidArgs.juicefs is required for dataset {d.name!r} with runtime juicefs")
-            key = (d.namespace, d.runtime)
+                raise TypeError(
+                    f"FluidArgs.{'juicefs' if d.runtime == 'juicefs' else 'bucket'} is required for {d.name!r}"
+                )
+            # One Secret per namespace for the JuiceFS volume; each Alluxio dataset's keys reach its directory only.
+            kind = d.runtime if d.runtime == "juicefs" else f"{d.runtime}-{d.name}"
+            key = (d.namespace, kind)
             if key not in secrets:
                 secrets[key] = credentials(
-                    f"{name}-credentials-{d.namespace}-{d.runtime}",
-                    d.runtime,
+                    f"{name}-credentials-{d.namespace}-{kind}",
+                    kind,
                     dns.metadata.name,
                     source,
                     pulumi.ResourceOptions(parent=self),

@@ -16,6 +16,7 @@ import pulumi_kubernetes as k8s
 from pydantic import Field
 
 from . import kube
+from .bucket import PREFIX
 from .juicefs import JuiceFSSource
 from .section import DnsLabel, Problem, Quantity, Section
 
@@ -70,6 +71,20 @@ class DatasetSettings(DatasetCache):
     """Namespace of the dataset, its runtime pods and its PVC (where the training pods run)."""
     runtime: Literal["juicefs", "alluxio"] = "juicefs"
     """JuiceFSRuntime over the platform's JuiceFS volume, or AlluxioRuntime over the object store bucket."""
+
+    def problems(self) -> list[Problem]:
+        """An Alluxio dataset reads one directory of the bucket, never all of it (its keys reach only that)."""
+        if self.runtime == "alluxio" and not PREFIX.match(bucket_prefix(self.path)):
+            expected = "expected a directory of the bucket in lowercase path segments (e.g. /datasets/imagenet)"
+            hint = "the bucket also holds the JuiceFS chunks, the metadata backups and every team's checkpoints"
+            return [Problem("path", expected, self.path, hint)]
+        return []
+
+
+def bucket_prefix(path: str) -> str:
+    """The bucket prefix of a dataset directory: ``/datasets/x`` -> ``datasets/x/`` (``/`` -> empty)."""
+    stripped = path.strip("/")
+    return f"{stripped}/" if stripped else ""
 
 
 def cache_spec(levels: list[CacheLevel]) -> dict[str, Any]:

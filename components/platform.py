@@ -11,6 +11,7 @@ import pulumi
 from .acceptance import StorageAcceptance, StorageAcceptanceArgs
 from .checkpoints import OFFSITE_PREFIX, OffsiteTarget, offsite_account
 from .fluid import BucketSource, Fluid, FluidArgs
+from .fluid_dataset import DatasetSettings, bucket_prefix
 from .juicefs import CHART_ACCOUNTS, MOUNT_ACCOUNT, JuiceFS, JuiceFSArgs, JuiceFSSource
 from .local_nvme import LocalNVMe, LocalNVMeArgs
 from .metadata_backup import BACKUP_ACCOUNT, BACKUP_PREFIX
@@ -127,6 +128,13 @@ class Platform(pulumi.ComponentResource):
             "juicefs-volume", f"{volume}/", (ns, MOUNT_ACCOUNT), also_trusted=trusted
         )
 
+    def _dataset_bucket(self, d: DatasetSettings) -> BucketSource:
+        """The bucket as an Alluxio dataset reaches it: keys of the dataset's directory only (Fluid's runtimes
+        name no ServiceAccount: their pods run as the namespace's default)."""
+        store = self.object_store
+        access = store.scoped_access(f"fluid-{d.namespace}-{d.name}", bucket_prefix(d.path), (d.namespace, "default"))
+        return BucketSource(store.endpoint, store.bucket, access.access_key, access.secret_key)
+
     def _monitoring(self, name: str, s: PlatformSettings) -> None:
         """Scrape objects for the parts this stack runs, its alert rules and dashboards."""
         in_cluster = s.juicefs.enabled and s.metadata.engine != "elasticache"
@@ -153,9 +161,7 @@ class Platform(pulumi.ComponentResource):
         self.volcano = Volcano(f"{name}-volcano", VolcanoArgs(s.volcano), child) if s.volcano.enabled else None
         self.fluid = None
         if s.fluid.enabled:
-            store = self.object_store
-            bucket = BucketSource(store.endpoint, store.bucket, store.access_key, store.secret_key)
-            self.fluid = Fluid(f"{name}-fluid", FluidArgs(s.fluid, bucket, self._volume), child)
+            self.fluid = Fluid(f"{name}-fluid", FluidArgs(s.fluid, self._dataset_bucket, self._volume), child)
         if s.training.enabled and self.volcano is not None:
             t = s.training
             shared = self.fluid.namespaces.get(t.workload_namespace) if self.fluid else None

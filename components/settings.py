@@ -162,6 +162,15 @@ class PlatformSettings(Section):
                     "rookCeph.storage.nodes instead",
                 )
             )
+        if self.object_store.s3.oidc_provider_arn and self.object_store.backend == "s3" and self.fluid.datasets:
+            found.append(
+                Problem(
+                    "fluid.datasets",
+                    "expected no Fluid datasets with objectStore.s3.oidcProviderArn",
+                    len(self.fluid.datasets),
+                    "Fluid 1.0.8 runtimes name no ServiceAccount, so their pods would reach the bucket with no role",
+                )
+            )
         if self.object_store.backend == "ceph-rgw" and not ceph.enabled:
             found.append(
                 Problem(

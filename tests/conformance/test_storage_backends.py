@@ -80,7 +80,7 @@ def test_no_rook_cluster_spec_ever_uses_all_devices(render_stack):
 OIDC = "arn:aws:iam::123456789012:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/ABC"
 ACCESS_VARIANTS = {
     "ceph-rgw": {"objectStore": {"backend": "ceph-rgw"}},
-    "s3-with-oidc": {"objectStore": {"backend": "s3", "s3": {"oidcProviderArn": OIDC}}},
+    "s3-with-oidc": {"objectStore": {"backend": "s3", "s3": {"oidcProviderArn": OIDC}}, "fluid": {"datasets": []}},
 }
 
 

@@ -1,5 +1,7 @@
 """Fluid: the chart in its own namespace, datasets over JuiceFS or the bucket, pre-warm and data affinity."""
 
+import json
+
 import pytest
 import yaml
 
@@ -23,7 +25,7 @@ IMAGENET = {
 
 def fluid(*datasets: dict[str, object]) -> Fluid:
     settings = FluidSettings.model_validate({"enabled": True, "datasets": list(datasets)})
-    return Fluid("fluid", FluidArgs(settings, BUCKET, VOLUME))
+    return Fluid("fluid", FluidArgs(settings, lambda d: BUCKET, VOLUME))
 
 
 def test_chart_namespace_is_created_and_set_as_the_namespace_value(build):
@@ -103,6 +105,18 @@ def test_the_platform_backs_datasets_with_its_juicefs_volume_and_its_bucket(rend
     bucket = by_name(result, "Dataset", "coco")["spec"]["mounts"][0]
     assert bucket["mountPoint"] == f"s3://{out['objectStoreBucket']}/coco/"
     assert bucket["options"]["alluxio.underfs.s3.endpoint"] == out["objectStoreEndpoint"]
+    # The Alluxio dataset's keys are a user of its own that reaches only coco/ (a MinIO scope on dev).
+    secret = bucket["encryptOptions"][0]["valueFrom"]["secretKeyRef"]["name"]
+    assert secret == "fluid-dataset-credentials-alluxio-coco"
+    job = by_name(result, "Job", "minio-scope-fluid-training-coco")
+    env = {e["name"]: e["value"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert json.loads(env["POLICY_DOCUMENT"])["Statement"][0]["Resource"].endswith("/coco/*")
+
+
+def test_an_alluxio_dataset_of_the_whole_bucket_is_a_config_error():
+    with pytest.raises(SettingsError) as err:
+        load_settings("dev", {"fluid": {"datasets": [{"name": "all", "runtime": "alluxio", "path": "/"}]}})
+    assert "fluid.datasets[0].path: expected a directory of the bucket" in str(err.value)
 
 
 def test_data_affinity_sets_the_webhook_plugin_profile():

@@ -11,7 +11,11 @@ from tests.conftest import by_name, objects
 
 OIDC = "arn:aws:iam::123456789012:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/ABC"
 ISSUER = "oidc.eks.us-east-1.amazonaws.com/id/ABC"
-S3_OIDC = {"objectStore": {"backend": "s3", "bucket": "ai-data-x", "s3": {"oidcProviderArn": OIDC}}}
+# Fluid's runtimes take no ServiceAccount: a stack with IAM roles has no Fluid datasets (a settings rule).
+S3_OIDC = {
+    "objectStore": {"backend": "s3", "bucket": "ai-data-x", "s3": {"oidcProviderArn": OIDC}},
+    "fluid": {"datasets": []},
+}
 
 
 def _roles(monitor) -> dict[str, dict]:
