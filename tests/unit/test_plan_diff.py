@@ -222,6 +222,14 @@ def test_protected_or_data_holding_deletes_block():
     assert not one(k8s("v1", "Namespace", "empty"), None).blocking
 
 
+def test_a_protected_resource_updated_in_place_is_named_but_does_not_block():
+    protected = changed(CLAIM)
+    protected["protect"] = True
+    grown = one(protected, changed(protected, (("spec", "resources", "requests", "storage"), "20Gi")))
+    assert grown.action == "update" and grown.protected and not grown.blocking
+    assert grown.notes == ["protected: `protect` stops replaces and deletes only; this changes it in place"]
+
+
 def test_an_immutable_secret_replaces_even_when_secrets_are_mutable():
     secret = k8s("v1", "Secret", "keys", "meta", immutable=True, stringData={"a": "[secret]"})
     assert one(secret, changed(secret, (("stringData", "b"), "[secret]"))).action == "replace"
