@@ -238,14 +238,15 @@ def stack_folders(folder: Path) -> dict[str, Path]:
 
 def render_ref(repo: Path, ref: str, out: Path, stacks: list[str] | None = None) -> dict[str, Path]:
     """Render every stack (or ``stacks``) of git ``ref`` with that ref's own program, in a temporary worktree,
-    with this interpreter (the ref's requirements.txt must match what is installed: a warning says when not)."""
+    with this interpreter (a warning names the ref's pins this checkout's requirements.txt does not have)."""
     commit = _git(repo, "rev-parse", "--verify", f"{ref}^{{commit}}").strip()
     with tempfile.TemporaryDirectory(prefix="render-") as tmp:
         tree = Path(tmp) / "tree"
         _git(repo, "worktree", "add", "--detach", str(tree), commit)
         try:
-            if (tree / "requirements.txt").read_text() != (repo / "requirements.txt").read_text():
-                print(f"warning: {ref} pins other requirements than this checkout", file=sys.stderr)
+            other = _pins(tree / "requirements.txt") - _pins(repo / "requirements.txt")
+            if other:
+                print(f"warning: {ref} pins {', '.join(sorted(other))}, not installed here", file=sys.stderr)
             names = stacks or sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in tree.glob("Pulumi.*.yaml"))
             for stack in names:
                 cmd = [sys.executable, "-m", "components", "render", "--stack", stack, "--out", str(out / stack)]
@@ -255,6 +256,11 @@ def render_ref(repo: Path, ref: str, out: Path, stacks: list[str] | None = None)
         finally:
             _git(repo, "worktree", "remove", "--force", str(tree))
     return {s: out / s for s in names}
+
+
+def _pins(path: Path) -> set[str]:
+    lines = path.read_text().splitlines() if path.is_file() else []
+    return {line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")}
 
 
 class RenderError(Exception):
@@ -454,6 +460,8 @@ def data_notes(
             "protected: `pulumi up` refuses to replace or delete it until `protect` is lifted; with retainOnDelete "
             "the old object stays in the cluster, unmanaged"
         )
+    elif change.protected and change.action in ("update", "rejected"):
+        notes.append("protected: `protect` stops replaces and deletes only; this changes it in place")
     if kind == "StatefulSet" and gone:
         policy = ((inputs.get("spec") or {}).get("persistentVolumeClaimRetentionPolicy") or {}).get("whenDeleted")
         claims = "deletes its claims and their data" if policy == "Delete" else "keeps its claims (whenDeleted: Retain)"
