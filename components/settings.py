@@ -26,6 +26,7 @@ from .local_nvme import LocalNVMeSettings
 from .metadata_engine import MetadataSettings
 from .monitoring import MonitoringSettings
 from .object_store import ObjectStoreSettings
+from .plan_diff import ResourceRef
 from .quotas import QuotaSettings
 from .rook_ceph import RookCephSettings
 from .section import Problem, Section, SettingsError, validate
@@ -52,6 +53,8 @@ class ClusterSettings(Section):
     """kubeconfig context to deploy to; unset uses the current context."""
     protect_stateful_resources: bool = False
     """Set `protect` and `retainOnDelete` on buckets, data volumes and clusters (on for staging and prod)."""
+    acknowledge_replacements: list[ResourceRef] = []
+    """Protected or data-holding resources an update may replace or delete, as the diff names them (review.md)."""
 
 
 class TeamDefaults(Section):
