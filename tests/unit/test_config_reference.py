@@ -20,7 +20,7 @@ import pytest
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from components import section
+from components import plan_diff, section
 from components.__main__ import config_reference
 from components.render import ROOT
 from components.section import Section, SettingsError, leaf_keys
@@ -37,6 +37,7 @@ VALIDATORS = {
     section._quantity: ("ten gigs", "expected a Kubernetes quantity"),
     section._dns_label: ("Not_A_Label", "expected a DNS label"),
     section._regex: ("(unclosed", "expected a regular expression"),
+    plan_diff._resource_ref: ("redis", "expected a resource as the diff names it"),
 }
 """A value each of the settings' own validators refuses, with its expectation."""
 NOT_MATCHING = ("not valid!", "", "UPPER_CASE", "-")
