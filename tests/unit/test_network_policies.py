@@ -4,6 +4,7 @@ exactly the namespaces that need it, evaluated with Kubernetes semantics (``test
 from __future__ import annotations
 
 import functools
+import json
 from typing import Any
 
 import pytest
@@ -18,6 +19,12 @@ from tests.kube_semantics import Pod, allowed
 
 PORTS = {"redis": 6379, "sentinel": 26379, "exporter": 9121, "s3": 9000, "console": 9001}
 """Every port a metadata engine or MinIO pod serves."""
+CACHE = [{"medium": "MEM", "path": "/dev/shm", "quota": "2Gi"}]
+SPLIT_DATASETS = [
+    {"name": "imagenet-mini", "namespace": "vision", "path": "/datasets/imagenet-mini", "cache": CACHE},
+    {"name": "coco", "namespace": "vision-raw", "runtime": "alluxio", "path": "/datasets/coco", "cache": CACHE},
+]
+"""A JuiceFS-runtime dataset and an Alluxio one, each in a namespace of its own, none where training runs."""
 TEAM = Pod("team-a", namespace_labels={TEAM_LABEL: "a"})
 STRANGER = Pod("random-other")
 
@@ -103,6 +110,7 @@ def test_every_platform_port_is_reachable_exactly_where_intended(stack):
         {"metadata": {"engine": "sentinel", "acceptNodeLossRisk": True}},
         {"monitoring": {"enabled": False}},
         {"objectStore": {"minio": {"replicas": 4}}, "networkPolicies": {"prometheusNamespace": "observability"}},
+        {"fluid": {"datasets": SPLIT_DATASETS}},  # no dataset where training runs
     ],
 )
 def test_dev_variants_are_reachable_exactly_where_intended(render_stack, overrides):
@@ -111,6 +119,21 @@ def test_dev_variants_are_reachable_exactly_where_intended(render_stack, overrid
     found = targets(result, s)
     assert found["metadata"] and found["minio"]
     assert reachability_errors(result, s) == []
+
+
+@pytest.mark.parametrize("overrides", [{}, {"fluid": {"datasets": SPLIT_DATASETS}}])
+def test_every_rendered_object_that_names_minio_runs_where_minio_admits_it(render_stack, overrides):
+    """A cross-check of the intent: every workload or dataset that points at MinIO's Service sits in a namespace
+    whose pods reach its S3 port."""
+    result, _ = render_stack("dev", **overrides)
+    s = stack_settings("dev", overrides)
+    service = f"minio.{s.object_store.namespace}.svc"
+    users = [o for objs in result.manifests.values() for o in objs if service in json.dumps(o)]
+    assert {o["kind"] for o in users} >= {"Job", "CronJob", "Dataset"}
+    policies = objects(result, "NetworkPolicy")
+    (minio, *_) = targets(result, s)["minio"]
+    for user in users:
+        assert allowed(policies, Pod(user["metadata"]["namespace"]), minio, PORTS["s3"]), user["metadata"]
 
 
 def test_team_namespaces_reach_minio_but_never_redis_or_sentinel():
