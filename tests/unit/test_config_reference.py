@@ -283,6 +283,20 @@ CROSS_FIELD: list[tuple[str, str, dict[str, Any], str, str]] = [
         "unique in its namespace",
     ),
     ("CacheLevel", "team", {"dataset.fluid.cache": [CACHE_LEVEL]}, "dataset.fluid.cache[0].low", "below high"),
+    (
+        "ClusterSettings",
+        "platform",
+        {"cluster.kubernetesVersion": "1.29"},
+        "cluster.kubernetesVersion",
+        "1.30 or later",
+    ),
+    (
+        "ContainerDefaults",
+        "team",
+        {"quota.containerDefaults": {"memoryRequest": "1Gi", "memoryLimit": "512Mi"}},
+        "quota.containerDefaults.memoryLimit",
+        "expected at least memoryRequest",
+    ),
     ("JobSettings", "team", {"job.kind": "volcano"}, "job.image", "expected an image with kind: volcano"),
     (
         "LocalNVMeSettings",
