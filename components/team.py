@@ -11,7 +11,7 @@ Fluid and the Trainer are the platform's.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import pulumi
@@ -25,7 +25,7 @@ from .fluid_dataset import dataset as fluid_dataset
 from .jobs import JobSettings, train_job_spec, volcano_job_spec
 from .juicefs import JuiceFSSource
 from .quotas import QuotaSettings, limit_range_spec, over_quota, quota_spec
-from .section import DnsLabel, Problem, Quantity, Section, validate
+from .section import DnsLabel, Problem, Quantity, Section, SettingsError, validate
 from .settings import load_profile, merge
 from .storage_tiers import NAME_PREFIX, Tier
 
@@ -134,7 +134,10 @@ def load_team_settings(config: Mapping[str, Any]) -> TeamSettings:
     """Code defaults < the environment profile's team defaults (when `environment` is set) < the project's
     config (one object per section); raise SettingsError on any bad value."""
     environment = config.get("environment")
-    defaults = load_profile(environment).get("teams", {}) if isinstance(environment, str) else {}
+    try:
+        defaults = load_profile(environment).get("teams", {}) if isinstance(environment, str) else {}
+    except SettingsError as exc:  # an unknown profile, reported under this key
+        raise SettingsError([replace(p, key="environment") for p in exc.problems]) from None
     return validate(TeamSettings, merge(defaults, config))
 
 
