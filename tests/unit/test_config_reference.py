@@ -20,7 +20,7 @@ import pytest
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from components import plan_diff, section
+from components import plan_diff, s3, section
 from components.__main__ import config_reference
 from components.render import ROOT
 from components.section import Section, SettingsError, leaf_keys
@@ -38,6 +38,7 @@ VALIDATORS = {
     section._dns_label: ("Not_A_Label", "expected a DNS label"),
     section._regex: ("(unclosed", "expected a regular expression"),
     plan_diff._resource_ref: ("redis", "expected a resource as the diff names it"),
+    s3._service_account: ("juicefs-csi", "expected `namespace:name` of a ServiceAccount"),
 }
 """A value each of the settings' own validators refuses, with its expectation."""
 NOT_MATCHING = ("not valid!", "", "UPPER_CASE", "-")
@@ -283,6 +284,13 @@ CROSS_FIELD: list[tuple[str, str, dict[str, Any], str, str]] = [
         "unique in its namespace",
     ),
     ("CacheLevel", "team", {"dataset.fluid.cache": [CACHE_LEVEL]}, "dataset.fluid.cache[0].low", "below high"),
+    (
+        "DatasetSettings",
+        "platform",
+        {"fluid.enabled": True, "fluid.datasets": [{"name": "all", "runtime": "alluxio", "path": "/"}]},
+        "fluid.datasets[0].path",
+        "expected a directory of the bucket",
+    ),
     (
         "ClusterSettings",
         "platform",
