@@ -137,10 +137,13 @@ def offsite_script(sync_flags: list[str]) -> str:
     return "\n".join(
         [
             "set -u",
-            "# Credentials come from a Secret mounted as files, never from the environment of the pod spec.",
-            'AWS_ACCESS_KEY_ID="$(cat "$SECRETS/access-key")"',
-            'AWS_SECRET_ACCESS_KEY="$(cat "$SECRETS/secret-key")"',
-            "export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY",
+            "# Keys come from a Secret mounted as files, never from the environment of the pod spec; without",
+            "# one (IAM roles for service accounts) the client uses the pod's role.",
+            'if [ -f "$SECRETS/access-key" ]; then',
+            '  AWS_ACCESS_KEY_ID="$(cat "$SECRETS/access-key")"',
+            '  AWS_SECRET_ACCESS_KEY="$(cat "$SECRETS/secret-key")"',
+            "  export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY",
+            "fi",
             "failed=0",
             'for dir in "$CHECKPOINTS"/step-*/; do',
             '  name="$(basename "$dir")"',
@@ -161,30 +164,46 @@ def offsite_script(sync_flags: list[str]) -> str:
 
 
 def offsite_cronjob_spec(
-    claim: str, s: OffsiteSettings, credentials: str, target: pulumi.Output[tuple[str, list[str]]]
+    claim: str,
+    s: OffsiteSettings,
+    credentials: str,
+    target: pulumi.Output[tuple[str, list[str]]],
+    delivered: DeliveredOffsite | None = None,
 ) -> dict[str, Any]:
     """The ``spec`` of the CronJob that copies ``claim``'s complete checkpoints to ``target`` (the destination
-    and its sync flags), reading the keys from the Secret ``credentials``."""
+    and its sync flags), reading the keys from the Secret ``credentials``; with ``delivered``, as its service
+    account, with the keys' Secret optional and the variables $(OFFSITE_URL) and $SYNC_FLAGS from its ConfigMap."""
+    env = [
+        {"name": "CHECKPOINTS", "value": "/checkpoints/"},
+        {"name": "SECRETS", "value": "/run/secrets/object-store"},
+    ]
+    if delivered is not None:
+        env += [
+            {"name": name, "valueFrom": {"configMapKeyRef": {"name": delivered.target, "key": key}}}
+            for name, key in (("OFFSITE_URL", "url"), ("SYNC_FLAGS", "sync-flags"))
+        ]
     copy = sync_container(
         "copy",
         COPY_RESOURCES,
         offsite_script,
         target,
-        env=[
-            {"name": "CHECKPOINTS", "value": "/checkpoints/"},
-            {"name": "SECRETS", "value": "/run/secrets/object-store"},
-        ],
+        env=env,
         mounts=[
             {"name": "checkpoints", "mountPath": "/checkpoints", "readOnly": True},
             {"name": "credentials", "mountPath": "/run/secrets/object-store", "readOnly": True},
         ],
     )
+    secret: dict[str, Any] = {"secretName": credentials}
+    spec: dict[str, Any] = {"restartPolicy": "OnFailure"}
+    if delivered is not None:
+        secret["optional"] = True
+        spec["serviceAccountName"] = delivered.account
     volumes = [
         {"name": "checkpoints", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}},
-        {"name": "credentials", "secret": {"secretName": credentials}},
+        {"name": "credentials", "secret": secret},
         kube.TMP_VOLUME,
     ]
-    template = kube.pod_template(kube.labels("checkpoint-offsite", claim), [copy], volumes, restartPolicy="OnFailure")
+    template = kube.pod_template(kube.labels("checkpoint-offsite", claim), [copy], volumes, **spec)
     return kube.cronjob_spec(s.schedule, template)
 
 
@@ -199,12 +218,23 @@ class OffsiteTarget:
     secret_key: pulumi.Input[str]
 
 
+@dataclass(frozen=True)
+class DeliveredOffsite:
+    """Offsite access the platform delivered into a team's namespace (``tenants``): copies run as the
+    ServiceAccount ``account``, go under the prefix the ConfigMap ``target`` names (`url`, `sync-flags`) and use
+    the keys of the Secret ``credentials`` (none under IAM roles for service accounts: the account's role)."""
+
+    account: str
+    target: str
+    credentials: str
+
+
 def protect_checkpoints(
     name: str,
     claim: str,
     namespace: str,
     s: CheckpointProtection,
-    target: OffsiteTarget | None,
+    target: OffsiteTarget | DeliveredOffsite | None,
     parent: pulumi.Resource,
     after: list[pulumi.Resource],
 ) -> None:
@@ -229,7 +259,20 @@ def protect_checkpoints(
             spec=snapshot_cronjob_spec(claim, s.snapshots, account),
             opts=pulumi.ResourceOptions(parent=parent, depends_on=[*after, sa, role, binding]),
         )
-    if s.offsite.enabled and target is not None:
+    if s.offsite.enabled and isinstance(target, DeliveredOffsite):
+        k8s.batch.v1.CronJob(
+            f"{name}-offsite",
+            metadata=kube.workload_metadata(f"{claim}-offsite", namespace, COPY_RESOURCES),
+            spec=offsite_cronjob_spec(
+                claim,
+                s.offsite,
+                target.credentials,
+                pulumi.Output.from_input((f"$(OFFSITE_URL){claim}/", ["$SYNC_FLAGS"])),
+                target,
+            ),
+            opts=pulumi.ResourceOptions(parent=parent, depends_on=after),
+        )
+    elif s.offsite.enabled and target is not None:
         _offsite(name, claim, namespace, s.offsite, target, parent, after)
 
 

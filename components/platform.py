@@ -20,6 +20,7 @@ from .object_store import ObjectStore, ObjectStoreArgs
 from .rook_ceph import RookCeph, RookCephArgs
 from .settings import PlatformSettings
 from .storage_tiers import StorageTiers, StorageTiersArgs, TierBackend
+from .tenants import Teams, TeamsArgs
 from .training import Training, TrainingArgs
 from .volcano import Volcano, VolcanoArgs
 
@@ -58,6 +59,8 @@ class Platform(pulumi.ComponentResource):
     """The Volcano scheduler (when enabled)."""
     fluid: Fluid | None
     """Fluid dataset caching (when enabled)."""
+    teams: Teams | None
+    """The team namespaces the platform vends (when `teams.workspaces` lists any)."""
 
     def __init__(self, name: str, args: PlatformArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ai-storage:platform:Platform", name, None, opts)
@@ -81,6 +84,7 @@ class Platform(pulumi.ComponentResource):
         self.object_store = ObjectStore(f"{name}-object-store", store_args, child)
         self.metadata = None
         self._volume: JuiceFSSource | None = None
+        juicefs = None
         if s.juicefs.enabled:
             previous = pulumi.Output.from_input(args.previous_outputs).apply(lambda o: previous_engine(o or {}))
             exporter = m.exporter_resources if m.enabled else None
@@ -96,12 +100,25 @@ class Platform(pulumi.ComponentResource):
                 store.secret_key,
                 self.metadata.client_env,
             )
-            backends["juicefs"] = JuiceFS(f"{name}-juicefs", JuiceFSArgs(s.juicefs, self._volume), child)
+            juicefs = JuiceFS(f"{name}-juicefs", JuiceFSArgs(s.juicefs, self._volume), child)
+            backends["juicefs"] = juicefs
         tiers = StorageTiers(f"{name}-tiers", StorageTiersArgs(s.tiers, backends), child)
         self.storage_classes = tiers.classes
         if s.acceptance.enabled:
             StorageAcceptance(f"{name}-acceptance", StorageAcceptanceArgs(s.acceptance, tiers.classes), child)
         self._scheduling(name, s, tiers)
+        self.teams = None
+        if s.teams.workspaces:
+            teams = TeamsArgs(
+                s.teams,
+                s.tiers.name_prefix,
+                self.object_store,
+                juicefs,
+                self.volcano.release if self.volcano else None,
+                self.fluid,
+                s.fluid.datasets if s.fluid.enabled else (),
+            )
+            self.teams = Teams(f"{name}-teams", teams, child)
         if m.enabled:
             self._monitoring(name, s)
         self.register_outputs({"storage_classes": self.storage_classes})

@@ -26,10 +26,10 @@ from .local_nvme import LocalNVMeSettings
 from .metadata_engine import MetadataSettings
 from .monitoring import MonitoringSettings
 from .object_store import ObjectStoreSettings
-from .quotas import QuotaSettings
 from .rook_ceph import RookCephSettings
 from .section import Problem, Section, SettingsError, validate
 from .storage_tiers import TIERS, TiersSettings
+from .tenants import TeamsSettings, team_problems
 from .training import TrainingSettings
 from .volcano import VolcanoSettings
 
@@ -52,13 +52,6 @@ class ClusterSettings(Section):
     """kubeconfig context to deploy to; unset uses the current context."""
     protect_stateful_resources: bool = False
     """Set `protect` and `retainOnDelete` on buckets, data volumes and clusters (on for staging and prod)."""
-
-
-class TeamDefaults(Section):
-    """What every team workspace on this environment starts from (`load_team_settings` with `environment`)."""
-
-    quota: QuotaSettings = QuotaSettings()
-    """Default storage quotas per tier and container defaults of a team's namespace."""
 
 
 class CheckpointSettings(CheckpointProtection):
@@ -97,8 +90,8 @@ class PlatformSettings(Section):
     """Fluid dataset caching."""
     checkpoints: CheckpointSettings = CheckpointSettings()
     """Snapshots and offsite copies of the platform's checkpoint claim."""
-    teams: TeamDefaults = TeamDefaults()
-    """Defaults of the team workspaces on this environment."""
+    teams: TeamsSettings = TeamsSettings()
+    """The team namespaces the platform vends, and their defaults."""
     monitoring: MonitoringSettings = MonitoringSettings()
     """Prometheus Operator scrape objects, alert rules and Grafana dashboards."""
 
@@ -114,6 +107,12 @@ class PlatformSettings(Section):
             *self._storage_problems(),
             *self._scheduling_problems(),
             *self._namespace_problems(),
+            *team_problems(
+                self.teams,
+                [q.name for q in self.volcano.queues],
+                self.juicefs.enabled,
+                self.fluid.datasets if self.fluid.enabled else None,
+            ),
         ]
 
     def _tier_problems(self) -> list[Problem]:
@@ -259,7 +258,8 @@ class PlatformSettings(Section):
             owned["localNvme"] = self.local_nvme.namespace
             if self.local_nvme.pod_mutating_webhook:
                 owned["localNvme.certManager"] = self.local_nvme.cert_manager_namespace
-        return {**owned, **self.scheduling_namespaces()}
+        teams = {f"teams.workspaces[{i}]": t.namespace_name for i, t in enumerate(self.teams.workspaces)}
+        return {**owned, **self.scheduling_namespaces(), **teams}
 
 
 def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
