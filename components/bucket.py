@@ -2,14 +2,87 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pulumi
 
 from . import kube, versions
 from .section import Resources
+
+PREFIX = re.compile(r"^([a-z0-9][a-z0-9._-]*/)+$")
+"""A scope's key prefix: one or more lowercase path segments, each ending in ``/``."""
+OBJECT_ACTIONS = [
+    "s3:GetObject",
+    "s3:PutObject",
+    "s3:DeleteObject",
+    "s3:AbortMultipartUpload",
+    "s3:ListMultipartUploadParts",
+]
+"""What scoped keys may do to the objects under their prefix."""
+
+
+@dataclass
+class ScopedAccess:
+    """Credentials that reach only one prefix of the bucket."""
+
+    prefix: str
+    """The key prefix the credentials reach, e.g. `checkpoints/vision/`."""
+    access_key: pulumi.Output[str]
+    """Access key id (secret; empty when ``role_arn`` is set)."""
+    secret_key: pulumi.Output[str]
+    """Secret access key (secret; empty when ``role_arn`` is set)."""
+    role_arn: pulumi.Output[str] | None
+    """IAM role for the service account (AWS S3 with `oidcProviderArn`), else None."""
+
+
+class Scoper(Protocol):
+    """A backend's way of creating credentials for one prefix (see ``ObjectStore.scoped_access``)."""
+
+    def __call__(
+        self,
+        name: str,
+        prefix: str,
+        service_accounts: Sequence[tuple[str, str]],
+        opts: pulumi.ResourceOptions,
+    ) -> ScopedAccess: ...
+
+
+def check_prefix(prefix: str) -> str:
+    """``prefix`` if it is a scope prefix (``a/`` or ``a/b/``: no wildcard, no leading slash), else ValueError."""
+    if not PREFIX.match(prefix):
+        raise ValueError(
+            f"object-store scope prefix {prefix!r}: expected lowercase path segments each ending in '/' "
+            "(e.g. 'checkpoints/vision/'); a prefix without a trailing '/' would also reach its siblings"
+        )
+    return prefix
+
+
+def prefix_statements(bucket: str, prefix: str) -> list[dict[str, Any]]:
+    """IAM statements that let a principal list, read, write and delete only under ``prefix`` of ``bucket``
+    (listing needs an ``s3:prefix`` condition: ListBucket is a bucket action; GetBucketLocation lets clients
+    find the bucket's region)."""
+    arn = f"arn:aws:s3:::{bucket}"
+    return [
+        {"Sid": "ObjectsUnderPrefix", "Effect": "Allow", "Action": OBJECT_ACTIONS, "Resource": f"{arn}/{prefix}*"},
+        {
+            "Sid": "ListUnderPrefix",
+            "Effect": "Allow",
+            "Action": ["s3:ListBucket"],
+            "Resource": arn,
+            "Condition": {"StringLike": {"s3:prefix": [f"{prefix}*"]}},
+        },
+        {"Sid": "BucketLocation", "Effect": "Allow", "Action": ["s3:GetBucketLocation"], "Resource": arn},
+    ]
+
+
+def prefix_policy(bucket: str, prefix: str) -> str:
+    """The IAM policy document (JSON) of :func:`prefix_statements`: the same for AWS S3 users and roles and for
+    MinIO users."""
+    return json.dumps({"Version": "2012-10-17", "Statement": prefix_statements(bucket, prefix)}, sort_keys=True)
 
 
 @dataclass(frozen=True)
@@ -28,6 +101,8 @@ class Bucket:
     """Access key id (secret; empty with IAM roles for service accounts)."""
     secret_key: pulumi.Output[str]
     """Secret access key (secret; empty with IAM roles for service accounts)."""
+    scope: Scoper
+    """Creates credentials that reach one prefix of the bucket."""
     role_arn: pulumi.Output[str] | None = None
     """IAM role for service accounts (AWS S3 with `oidcProviderArn` only)."""
 

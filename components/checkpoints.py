@@ -1,9 +1,9 @@
 """Checkpoint protection: scheduled CSI snapshots of a checkpoint claim, and offsite copies of complete
 checkpoints in the object store.
 
-A training job writes a checkpoint as ``step-NNNNNNNN/`` (shards and ``manifest.json``) and marks it complete
-with a ``COMPLETE`` file last (the convention in ``tests/datapath/checkpoint.py``). Snapshots are
-crash-consistent copies of the whole claim, kept ``keep`` at a time; a restore from one uses only the
+A training job writes a checkpoint as ``step-NNNNNNNN/`` and marks it complete with a ``COMPLETE`` file last:
+the layout of the training library's CheckpointManager (``ai_storage_training.layout``, its one definition).
+Snapshots are crash-consistent copies of the whole claim, kept ``keep`` at a time; a restore from one uses only the
 checkpoints that carry the marker. The offsite copy uploads only complete checkpoints, with ``juicefs sync``,
 each checkpoint's marker last, so a copy in the bucket is complete exactly when its marker is there.
 """
@@ -17,16 +17,21 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field
 
+from ai_storage_training import layout
+
 from . import kube, versions
 from .bucket import sync_container
 from .section import Resources, Section
 
-MARKER = "COMPLETE"
+MARKER = layout.MARKER
 """The file a checkpoint writer creates last, inside ``step-*/``."""
 OFFSITE_PREFIX = "checkpoints/"
 """Where offsite copies land in the bucket: ``checkpoints/<namespace>/<claim>/step-*/``."""
 SNAPSHOT_API = "snapshot.storage.k8s.io/v1"
 SNAPSHOT_LABEL = "ai-storage-platform/snapshot-of"
+SNAPSHOTS_SUFFIX = "-snapshots"
+OFFSITE_SUFFIX = "-offsite"
+"""The snapshot and offsite CronJobs are named ``<claim><suffix>`` (the protection alerts select them so)."""
 CRON = r"^(\S+\s+){4}\S+$"
 RESOURCES = Resources(cpu_request="50m", cpu_limit="500m", memory_request="64Mi", memory_limit="256Mi")
 COPY_RESOURCES = Resources(cpu_request="100m", cpu_limit="1", memory_request="256Mi", memory_limit="1Gi")
@@ -145,7 +150,7 @@ def offsite_script(sync_flags: list[str]) -> str:
             "  export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY",
             "fi",
             "failed=0",
-            'for dir in "$CHECKPOINTS"/step-*/; do',
+            f'for dir in "$CHECKPOINTS"/{layout.STEP_GLOB}/; do',
             '  name="$(basename "$dir")"',
             f'  if [ ! -f "${{dir}}{MARKER}" ]; then',
             f'    echo "skip $name: no {MARKER} marker (in flight or incomplete)"; continue',
@@ -242,7 +247,7 @@ def protect_checkpoints(
     ``namespace``, as ``s`` enables them; ``after`` holds the claim and its namespace."""
     child = pulumi.ResourceOptions(parent=parent, depends_on=after)
     if s.snapshots.enabled:
-        account = f"{claim}-snapshots"
+        account = f"{claim}{SNAPSHOTS_SUFFIX}"
         meta = {"name": account, "namespace": namespace, "labels": kube.labels("checkpoint-snapshots", claim)}
         sa = k8s.core.v1.ServiceAccount(f"{name}-snapshot-account", metadata=meta, opts=child)
         role = k8s.rbac.v1.Role(f"{name}-snapshot-role", metadata=meta, rules=snapshot_rules(), opts=child)
@@ -303,7 +308,7 @@ def _offsite(
     destination = pulumi.Output.all(target.storage, target.bucket_url).apply(lambda a: object_url(a[0], a[1], prefix))
     k8s.batch.v1.CronJob(
         f"{name}-offsite",
-        metadata=kube.workload_metadata(f"{claim}-offsite", namespace, COPY_RESOURCES),
+        metadata=kube.workload_metadata(f"{claim}{OFFSITE_SUFFIX}", namespace, COPY_RESOURCES),
         spec=offsite_cronjob_spec(claim, s, secret_name, destination),
         opts=pulumi.ResourceOptions(parent=parent, depends_on=[*after, secret]),
     )

@@ -5,7 +5,9 @@ Both run in the team's queue, mount the dataset read-only at ``/data`` and the c
 TrainJob names a ClusterTrainingRuntime the platform installed and patches its ``node`` pods through
 ``spec.runtimePatches``; a Volcano Job is gang-scheduled as a whole (``minAvailable``) and restarted as a whole
 when a pod is evicted or fails (its ``policies``), with the ``svc`` and ``ssh`` plugins that distributed
-launchers (torchrun, MPI) need to find their peers.
+launchers (torchrun, MPI) need to find their peers. Both label their pods for the training metrics' PodMonitor;
+a Volcano Job's container declares the metrics port, a TrainJob's comes from its runtime (a runtime patch
+cannot add ports).
 """
 
 from __future__ import annotations
@@ -80,12 +82,13 @@ def _trainer_overrides(job: JobSettings) -> dict[str, Any]:
 
 
 def team_pod(queue: str, uid: int, dataset_claim: str, checkpoint_claim: str, container: dict[str, Any]) -> dict:
-    """A training pod of the team: its queue, non-root as ``uid``, the /data and /checkpoints claims mounted in
-    ``container`` (whose root filesystem stays writable: training code writes caches and temporary files)."""
+    """A training pod of the team: its queue, the training metrics' label, non-root as ``uid``, the /data and
+    /checkpoints claims mounted in ``container`` (whose root filesystem stays writable: training code writes
+    caches and temporary files)."""
     mounts, volumes = training.claim_volumes(dataset_claim, checkpoint_claim)
     security = {**kube.restricted_container(uid), "readOnlyRootFilesystem": False}
     return {
-        "metadata": {"annotations": {volcano.QUEUE_ANNOTATION: queue}},
+        "metadata": {"annotations": {volcano.QUEUE_ANNOTATION: queue}, "labels": dict(training.METRICS_LABELS)},
         "spec": {
             "securityContext": kube.restricted_pod(uid),
             "containers": [{**container, "volumeMounts": mounts, "securityContext": security}],
@@ -119,7 +122,8 @@ def volcano_job_spec(job: JobSettings, queue: str, uid: int, dataset_claim: str,
     """The ``spec`` of the Volcano Job: one task of ``numNodes`` pods, gang-scheduled in the team's queue,
     restarted as a whole on an evicted or failed pod."""
     nodes = job.num_nodes or 1
-    container: dict[str, Any] = {"name": VOLCANO_TASK, "image": job.image}
+    ports, env = training.metrics_port()
+    container: dict[str, Any] = {"name": VOLCANO_TASK, "image": job.image, "ports": ports, "env": env}
     if job.command:
         container["command"] = job.command
     if job.args:

@@ -27,6 +27,8 @@ class BackupSettings(Section):
 
 
 BACKUP_PREFIX = "meta-backups/"
+BACKUP_CRONJOB = "juicefs-metadata-backup"
+"""Name of the backup CronJob (the protection alerts select it so)."""
 
 
 def backup_destination(storage: str, bucket_url: str) -> tuple[str, list[str]]:
@@ -116,7 +118,7 @@ def metadata_backup(
     """The backup CronJob in ``namespace``, created once ``after`` (the volume Secret) exists."""
     return k8s.batch.v1.CronJob(
         name,
-        metadata=kube.workload_metadata("juicefs-metadata-backup", namespace, BACKUP_RESOURCES),
+        metadata=kube.workload_metadata(BACKUP_CRONJOB, namespace, BACKUP_RESOURCES),
         spec=backup_cronjob_spec(backup, volume_name, target, secrets),
         opts=pulumi.ResourceOptions(parent=parent, depends_on=[after]),
     )

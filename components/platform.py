@@ -121,6 +121,8 @@ class Platform(pulumi.ComponentResource):
             self.teams = Teams(f"{name}-teams", teams, child)
         if m.enabled:
             self._monitoring(name, s)
+        # Last: the ceph-rgw bucket policy needs every scoped access asked for above.
+        self.object_store.finish()
         self.register_outputs({"storage_classes": self.storage_classes})
 
     def _monitoring(self, name: str, s: PlatformSettings) -> None:

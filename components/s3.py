@@ -8,14 +8,14 @@ its EKS OIDC provider, else through an IAM user's access key (both scoped to thi
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import pulumi
 from pydantic import Field
 
 from . import kube
-from .bucket import Bucket
+from .bucket import Bucket, ScopedAccess, Scoper, prefix_policy
 from .section import Section
 
 
@@ -75,8 +75,9 @@ def access_policy(arn: str) -> str:
     )
 
 
-def trust_policy(provider_arn: str, service_accounts: list[str]) -> str:
-    """The role's trust policy: the named service accounts, through the cluster's OIDC provider."""
+def trust_policy(provider_arn: str, service_accounts: Sequence[str]) -> str:
+    """The role's trust policy: the named ``namespace:name`` service accounts, through the cluster's OIDC
+    provider (and no one else: ``sub`` and ``aud`` must both match)."""
     issuer = provider_arn.split(":oidc-provider/", 1)[1]
     subjects = [f"system:serviceaccount:{sa}" for sa in service_accounts]
     condition = {"StringEquals": {f"{issuer}:sub": subjects, f"{issuer}:aud": "sts.amazonaws.com"}}
@@ -121,6 +122,7 @@ def s3_bucket(
     policy = bucket.arn.apply(access_policy)
     access_key, secret_key, role_arn = _access(name, bucket_name, c, policy, child)
     return Bucket(
+        scope=s3_scoper(name, bucket, c),
         storage_type="s3",
         endpoint=pulumi.Output.from_input(f"https://s3.{c.region}.amazonaws.com"),
         bucket=bucket.bucket,
@@ -129,6 +131,35 @@ def s3_bucket(
         secret_key=secret_key,
         role_arn=role_arn,
     )
+
+
+def s3_scoper(store: str, bucket: Any, c: S3Settings) -> Scoper:
+    """Credentials for one prefix of ``bucket``: with `oidcProviderArn` an IAM role that only the given service
+    accounts can assume (no keys), else an IAM user with an access key; both carry the prefix policy."""
+    import pulumi_aws as aws
+
+    def scope(
+        name: str, prefix: str, service_accounts: Sequence[tuple[str, str]], opts: pulumi.ResourceOptions
+    ) -> ScopedAccess:
+        policy = bucket.bucket.apply(lambda b: prefix_policy(b, prefix))
+        accounts = [f"{ns}:{sa}" for ns, sa in service_accounts]
+        tags = {"ai-storage-platform/prefix": prefix, "ai-storage-platform/service-account": accounts[0]}
+        if c.oidc_provider_arn:
+            role = aws.iam.Role(
+                f"{store}-{name}-role",
+                assume_role_policy=trust_policy(c.oidc_provider_arn, accounts),
+                tags=tags,
+                opts=opts,
+            )
+            aws.iam.RolePolicy(f"{store}-{name}-role-policy", role=role.id, policy=policy, opts=opts)
+            return ScopedAccess(prefix, pulumi.Output.secret(""), pulumi.Output.secret(""), role.arn)
+        user_name = bucket.bucket.apply(lambda b: f"{b}-{name}"[:64])
+        user = aws.iam.User(f"{store}-{name}-user", name=user_name, tags=tags, opts=opts)
+        aws.iam.UserPolicy(f"{store}-{name}-user-policy", user=user.name, policy=policy, opts=opts)
+        key = aws.iam.AccessKey(f"{store}-{name}-access-key", user=user.name, opts=opts)
+        return ScopedAccess(prefix, pulumi.Output.secret(key.id), pulumi.Output.secret(key.secret), None)
+
+    return scope
 
 
 def _access(

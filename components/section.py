@@ -203,6 +203,7 @@ def _problem(model: type[BaseModel], error: Any) -> Problem:
     elif kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
         op = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}[kind]
         bound = next(iter(ctx.values()))
+        bound = int(bound) if isinstance(bound, float) and bound.is_integer() else bound
         expected = f"expected a number {op} {bound}"
     elif kind == "string_pattern_mismatch":
         expected = f"expected text matching {ctx['pattern']}"
@@ -296,5 +297,6 @@ def _key_table(model: type[BaseModel]) -> list[str]:
         elif isinstance(default, list):
             default = [d.model_dump(by_alias=True) if isinstance(d, BaseModel) else d for d in default]
         text = json.dumps(default, default=str).replace("|", "\\|")
-        lines.append(f"| `{key}` | {_type_text(info.annotation)} | `{text}` | {info.description or ''} |")
+        about = " ".join((info.description or "").split())
+        lines.append(f"| `{key}` | {_type_text(info.annotation)} | `{text}` | {about} |")
     return lines

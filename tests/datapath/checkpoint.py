@@ -1,17 +1,14 @@
-"""Sharded checkpoints with atomic promotion, as a training job should write them to the checkpoint tier.
+"""Sharded checkpoints written through the training library's CheckpointManager, as a training job writes them
+to the checkpoint tier (the layout is ``ai_storage_training.layout``: this module adds shards and a manifest).
 
-Layout under a checkpoint root::
+Under a checkpoint root::
 
-    .step-00000010.tmp-<uuid>/    in flight: shards + manifest.json (never read by a restore)
+    .step-00000010.tmp-<token>/   in flight: shards + manifest.json (never read by a restore)
     step-00000010/                promoted: shard-00000-of-00008.bin ... manifest.json COMPLETE
 
-Write order: shards into the temporary directory (each fsynced), ``manifest.json`` (sizes and sha256 of
-every shard, fsynced), fsync of the temporary directory, ``rename`` to the final name, fsync of the root,
-then the ``COMPLETE`` marker (written to a temporary name, fsynced, renamed, directory fsynced). A
-checkpoint counts only when its ``COMPLETE`` marker exists and its shards match the manifest, so a
-writer killed at any point leaves either nothing promoted, or a promoted directory without a marker
-(which :func:`latest_complete` ignores and :func:`clean_incomplete` removes), never a checkpoint that
-looks complete and is not.
+The manager writes the shards and ``manifest.json`` (sizes and sha256 of every shard) into the staging
+directory, fsyncs them, renames it, and writes ``COMPLETE`` last. :func:`verify` also checks every shard
+against the manifest.
 
 Run as a program (``python checkpoint.py write ...``) it is the writer a test can SIGKILL.
 """
@@ -25,29 +22,25 @@ import os
 import sys
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-MARKER = "COMPLETE"
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, when run as a program
+
+from ai_storage_training import CheckpointManager, layout
+from ai_storage_training.checkpoints import is_complete
+
+MARKER = layout.MARKER
 MANIFEST = "manifest.json"
 CHUNK = 4 * 1024 * 1024
 
 
 def final_dir(root: Path, step: int) -> Path:
-    return Path(root) / f"step-{step:08d}"
+    return Path(root) / layout.step_dir(step)
 
 
 def shard_name(i: int, n: int) -> str:
     return f"shard-{i:05d}-of-{n:05d}.bin"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _write_file(path: Path, data: bytes | memoryview) -> None:
@@ -55,7 +48,6 @@ def _write_file(path: Path, data: bytes | memoryview) -> None:
     with open(path, "wb", buffering=0) as f:
         for off in range(0, len(view), CHUNK):
             f.write(view[off : off + CHUNK])
-        os.fsync(f.fileno())
 
 
 def write_checkpoint(
@@ -76,69 +68,42 @@ def write_checkpoint(
     ``stall_after=K`` (test hook) makes every shard with index >= K wait ``stall_seconds`` before it is
     written, so a test can kill the writer at a known point: K shards on disk, the rest missing.
     """
-    root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    final = final_dir(root, step)
-    if final.exists():
-        raise FileExistsError(f"checkpoint {final} already exists")
     n = len(shards)
-    tmp = root / f".{final.name}.tmp-{uuid.uuid4().hex[:12]}"
-    tmp.mkdir()
     digests = digests or [hashlib.sha256(s).hexdigest() for s in shards]
 
-    def write_one(i: int) -> None:
-        if stall_after is not None and i >= stall_after:
+    def write(staging: Path) -> None:
+        def write_one(i: int) -> None:
+            if stall_after is not None and i >= stall_after:
+                if progress:
+                    progress(f"stalled before shard {i}")
+                time.sleep(stall_seconds)
+            _write_file(staging / shard_name(i, n), shards[i])
             if progress:
-                progress(f"stalled before shard {i}")
-            time.sleep(stall_seconds)
-        _write_file(tmp / shard_name(i, n), shards[i])
-        if progress:
-            progress(f"wrote shard {i}")
+                progress(f"wrote shard {i}")
 
-    with ThreadPoolExecutor(max_workers=workers or n) as pool:
-        list(pool.map(write_one, range(n)))
+        with ThreadPoolExecutor(max_workers=workers or n) as pool:
+            list(pool.map(write_one, range(n)))
+        manifest = {
+            "step": step,
+            "shards": [
+                {"name": shard_name(i, n), "bytes": len(s), "sha256": d}
+                for i, (s, d) in enumerate(zip(shards, digests))
+            ],
+        }
+        _write_file(staging / MANIFEST, json.dumps(manifest, indent=1).encode())
 
-    manifest = {
-        "step": step,
-        "shards": [
-            {"name": shard_name(i, n), "bytes": len(s), "sha256": d} for i, (s, d) in enumerate(zip(shards, digests))
-        ],
-    }
-    manifest_bytes = json.dumps(manifest, indent=1).encode()
-    _write_file(tmp / MANIFEST, manifest_bytes)
-    _fsync_dir(tmp)
-    os.rename(tmp, final)
-    _fsync_dir(root)
-    if progress:
-        progress("promoted")
-    marker = {
-        "step": step,
-        "shards": n,
-        "bytes": sum(len(s) for s in shards),
-        "manifest_sha256": hashlib.sha256(manifest_bytes).hexdigest(),
-    }
-    marker_tmp = final / f".{MARKER}.tmp"
-    _write_file(marker_tmp, json.dumps(marker).encode())
-    os.rename(marker_tmp, final / MARKER)
-    _fsync_dir(final)
+    final = CheckpointManager(root, keep=None).save(step, write).path
     if progress:
         progress("complete")
     return final
 
 
 def verify(ckpt: Path, *, hashes: bool = True) -> bool:
-    """True when ``ckpt`` has its marker, its manifest matches the marker and every shard matches."""
+    """True when ``ckpt`` is complete (its marker and every file it lists) and every shard matches the manifest."""
     ckpt = Path(ckpt)
-    try:
-        marker = json.loads((ckpt / MARKER).read_text())
-        manifest_bytes = (ckpt / MANIFEST).read_bytes()
-    except (OSError, ValueError):
+    if not is_complete(ckpt):
         return False
-    if hashlib.sha256(manifest_bytes).hexdigest() != marker.get("manifest_sha256"):
-        return False
-    manifest = json.loads(manifest_bytes)
-    if len(manifest["shards"]) != marker.get("shards"):
-        return False
+    manifest = json.loads((ckpt / MANIFEST).read_text())
     for shard in manifest["shards"]:
         path = ckpt / shard["name"]
         if not path.is_file() or path.stat().st_size != shard["bytes"]:
@@ -155,7 +120,7 @@ def verify(ckpt: Path, *, hashes: bool = True) -> bool:
 
 def list_checkpoints(root: Path) -> list[Path]:
     """Promoted checkpoint directories (complete or not), oldest step first."""
-    return sorted(p for p in Path(root).glob("step-*") if p.is_dir())
+    return sorted(p for p in Path(root).glob(layout.STEP_GLOB) if p.is_dir())
 
 
 def latest_complete(root: Path, *, hashes: bool = True) -> Path | None:
@@ -167,17 +132,8 @@ def latest_complete(root: Path, *, hashes: bool = True) -> Path | None:
 
 
 def clean_incomplete(root: Path) -> list[Path]:
-    """Remove in-flight temporary directories and promoted directories without a marker."""
-    import shutil
-
-    removed = []
-    for p in Path(root).iterdir():
-        if (p.name.startswith(".step-") and ".tmp-" in p.name) or (
-            p.name.startswith("step-") and not (p / MARKER).exists()
-        ):
-            shutil.rmtree(p)
-            removed.append(p)
-    return removed
+    """Remove in-flight staging directories and promoted directories without a marker (the manager's clean)."""
+    return CheckpointManager(root, keep=None).clean()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -72,19 +73,24 @@ def _env(statefulset: dict | None) -> dict[str, str]:
 
 # ---------------------------------------------------------------------------------------------------
 
+REQUIRE = "AI_STORAGE_REQUIRE_DATAPATH"
+"""Set to ``1`` (CI does, in .ci/run) and every would-be skip of this suite fails instead."""
 _SKIP_REASONS: list[str] = []
 
 
-def skip_fuse(reason: str):
-    """Skip a FUSE test, loudly: the reason is also repeated in the terminal summary."""
+def unavailable(reason: str) -> NoReturn:
+    """Something a data-path test needs is missing here (FUSE, root, a program): skip loudly (the reason is also
+    repeated in the terminal summary), or fail when ``AI_STORAGE_REQUIRE_DATAPATH=1``."""
+    if os.environ.get(REQUIRE) == "1":
+        pytest.fail(f"{reason} ({REQUIRE}=1: the data-path suite must run here)", pytrace=False)
     if reason not in _SKIP_REASONS:
         _SKIP_REASONS.append(reason)
-    pytest.skip(f"FUSE unavailable: {reason}")
+    pytest.skip(reason)
 
 
 def pytest_terminal_summary(terminalreporter):
     for reason in _SKIP_REASONS:
-        terminalreporter.write_line(f"datapath: FUSE tests SKIPPED because: {reason}", yellow=True, bold=True)
+        terminalreporter.write_line(f"datapath: tests SKIPPED because: {reason}", yellow=True, bold=True)
 
 
 @pytest.fixture(scope="session")
@@ -111,22 +117,35 @@ def stack(generated, tmp_path_factory):
         yield s
 
 
-@pytest.fixture(scope="session")
-def fuse_ok(stack):
-    """Skip (with the reason) when FUSE is missing or cannot mount at all.
-
-    The probe mounts the volume with no tier options, so a failure here is about FUSE on this machine;
-    a failure with the generated options later is a real failure and is never turned into a skip.
-    """
+def fuse_problem(stack: harness.Stack) -> str | None:
+    """Why FUSE cannot be used here, or None: the device or fusermount is missing, or a mount of the volume with
+    no tier options fails for a FUSE reason (so a failure with the generated options later is a real failure,
+    never one of these)."""
     reason = harness.fuse_unavailable_reason()
     if reason:
-        skip_fuse(reason)
+        return f"FUSE unavailable: {reason}"
     try:
         with stack.mount([], name="fuse-probe"):
             pass
     except harness.FuseUnavailable as e:
-        skip_fuse(str(e))
+        return f"FUSE unavailable: {e}"
+    return None
+
+
+@pytest.fixture(scope="session")
+def fuse_ok(stack):
+    """Skip (or fail, see :func:`unavailable`) when FUSE is missing or cannot mount at all."""
+    reason = fuse_problem(stack)
+    if reason:
+        unavailable(reason)
     return True
+
+
+@pytest.fixture
+def root() -> None:
+    """Skip (or fail, see :func:`unavailable`) unless the tests run as root (network namespaces, tc)."""
+    if os.geteuid() != 0:
+        unavailable("not root: a network namespace and tc need root")
 
 
 @pytest.fixture(scope="session")
@@ -149,18 +168,21 @@ BINARIES = {
 }
 
 
-@pytest.fixture(autouse=True, scope="session")
-def binaries() -> None:
-    """The real programs these tests feed: skip with the reason when one is missing, or fail in CI
-    (``AI_STORAGE_REQUIRE_DATAPATH=1``, set by .ci/run; scripts/test installs them)."""
+def missing_binaries() -> list[str]:
+    """The programs of :data:`BINARIES` not found here, each with how to install it."""
     missing = []
     for name, install in BINARIES.items():
         try:
             harness.find_binary(name)
         except harness.HarnessError:
             missing.append(f"{name} ({install})")
+    return missing
+
+
+@pytest.fixture(autouse=True, scope="session")
+def binaries() -> None:
+    """The real programs these tests feed: skip with the reason when one is missing, or fail in CI
+    (see :func:`unavailable`; scripts/test installs them)."""
+    missing = missing_binaries()
     if missing:
-        reason = "data-path binaries missing: " + ", ".join(missing)
-        if os.environ.get("AI_STORAGE_REQUIRE_DATAPATH") == "1":
-            pytest.fail(reason)
-        pytest.skip(reason)
+        unavailable("data-path binaries missing: " + ", ".join(missing))

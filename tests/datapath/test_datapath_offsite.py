@@ -1,6 +1,8 @@
 """Offsite checkpoint copy rehearsal on the real binaries: the generated CronJob script runs `juicefs sync` to the
-S3 endpoint while a writer is midway through another checkpoint; only the complete one is copied, and it
-restores byte-identical into an empty directory."""
+S3 endpoint while a writer that writes straight into ``step-N/`` (no hidden staging directory: only the COMPLETE
+marker tells a finished checkpoint from a partial one) is midway through another checkpoint, and again after
+that writer was SIGKILLed; only the complete checkpoint is copied, and it restores byte-identical into an empty
+directory."""
 
 from __future__ import annotations
 
@@ -15,6 +17,23 @@ import checkpoint
 import harness
 
 SHARDS, SHARD_BYTES = 4, 1024 * 1024
+
+DIRECT_WRITER = """
+import os, sys, time
+step, shards, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+os.makedirs(step)
+for i in range(shards):
+    with open(os.path.join(step, f"shard-{i:05d}-of-{shards:05d}.bin"), "wb") as f:
+        if i == 2:  # half of the third shard, then it stalls until killed
+            f.write(os.urandom(size // 2))
+            f.flush()
+            print("stalled", flush=True)
+            time.sleep(600)
+        f.write(os.urandom(size))
+        os.fsync(f.fileno())
+    print(f"wrote shard {i}", flush=True)
+"""
+"""A writer that creates ``step-N/`` itself and writes its shards there; it never gets to the marker."""
 
 
 def digests(root: Path) -> dict[str, str]:
@@ -36,35 +55,19 @@ def test_only_complete_checkpoints_go_offsite_and_restore_identical(stack, gener
     done = checkpoint.write_checkpoint(root, 10, shards)
     expected = digests(done)
 
-    # A writer midway through step 20: two shards written, then it stalls (the test kills it afterwards).
+    # A writer midway through step 20, straight in step-00000020/: two shards written, the third half.
+    partial = root / "step-00000020"
     writer = subprocess.Popen(
-        [
-            sys.executable,
-            str(Path(checkpoint.__file__)),
-            "write",
-            "--root",
-            str(root),
-            "--step",
-            "20",
-            "--shards",
-            "4",
-            "--shard-mib",
-            "1",
-            "--stall-after",
-            "2",
-            "--stall-seconds",
-            "120",
-        ],
+        [sys.executable, "-c", DIRECT_WRITER, str(partial), str(SHARDS), str(SHARD_BYTES)],
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
         deadline, seen = time.monotonic() + 30, []
-        while sum(line.startswith("wrote shard") for line in seen) < 2 or not any("stalled" in s for s in seen):
+        while not any("stalled" in s for s in seen):
             seen.append(writer.stdout.readline())
             assert seen[-1] and time.monotonic() < deadline, f"the writer never reached its stall point: {seen}"
-        in_flight = [p for p in root.iterdir() if p.name.startswith(".step-00000020.tmp-")]
-        assert in_flight and len(list(in_flight[0].iterdir())) == 2
+        assert sorted(p.name for p in partial.iterdir()) == [f"shard-0000{i}-of-00004.bin" for i in range(3)]
 
         # The generated script, run as the CronJob runs it; only the endpoint of DESTINATION changes.
         env = generated["offsite_env"]
@@ -74,20 +77,32 @@ def test_only_complete_checkpoints_go_offsite_and_restore_identical(stack, gener
         (secrets / "access-key").write_text(stack.secret["access-key"])
         (secrets / "secret-key").write_text(stack.secret["secret-key"])
         path = f"{Path(harness.find_binary('juicefs')).parent}:{os.environ['PATH']}"  # juicefs as in the image
-        run = subprocess.run(
-            ["/bin/sh", "-c", generated["offsite_script"]],
-            env=harness.subprocess_env(
-                CHECKPOINTS=f"{root}/", DESTINATION=destination, SECRETS=str(secrets), HOME=str(tmp_path), PATH=path
-            ),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert run.returncode == 0, run.stdout + run.stderr
-        assert "copied step-00000010" in run.stdout
+
+        def copy_offsite() -> str:
+            run = subprocess.run(
+                ["/bin/sh", "-c", generated["offsite_script"]],
+                env=harness.subprocess_env(
+                    CHECKPOINTS=f"{root}/", DESTINATION=destination, SECRETS=str(secrets), HOME=str(tmp_path), PATH=path
+                ),
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert run.returncode == 0, run.stdout + run.stderr
+            assert "copied step-00000010" in run.stdout, run.stdout
+            return run.stdout
+
+        def partial_in_bucket() -> list[str]:
+            return [k for k in keys(stack.s3, "") if "step-00000020" in k]
+
+        out = copy_offsite()  # while the writer is midway
+        assert partial_in_bucket() == [] and "skip step-00000020: no COMPLETE marker" in out
     finally:
         writer.kill()
         writer.wait(timeout=30)
+    assert writer.returncode < 0  # killed, never finished
+    out = copy_offsite()  # the next scheduled run, after the writer died mid-write
+    assert partial_in_bucket() == [] and "skip step-00000020: no COMPLETE marker" in out
 
     prefix = destination.split(f"/{stack.s3.bucket}/", 1)[1]
     copied = keys(stack.s3, prefix)

@@ -9,18 +9,10 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import shaped_network
 
 KEYS = {"bucket": "shaped", "access_key": "shaped-access", "secret_key": "shaped-secret-key"}
-
-
-@pytest.fixture
-def root():
-    if os.geteuid() != 0:
-        pytest.skip("a network namespace needs root")
 
 
 def _run(argv: list[str]) -> str:

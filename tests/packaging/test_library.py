@@ -28,7 +28,7 @@ def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     tmp = tmp_path_factory.mktemp("library")
     source = tmp / "src"
     source.mkdir()
-    for name in ("components", "stacks", "examples"):
+    for name in ("components", "ai_storage_training", "stacks", "examples"):
         shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "build", ".venv"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)

@@ -6,97 +6,186 @@ import json
 import os
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import urllib.error
+import urllib.request
 
 import pytest
 
 from components.checkpoints import (
     MARKER,
+    SNAPSHOT_LABEL,
     CheckpointProtection,
     OffsiteSettings,
     OffsiteTarget,
     SnapshotSettings,
     offsite_script,
     protect_checkpoints,
-    snapshot_program,
     snapshot_rules,
 )
 from tests.conformance.upstream import validate_object
 from tests.conftest import by_name, objects
+from tests.unit import stand_in_api
+
+NAMESPACE, CLAIM, KEEP = "vision", "checkpoints", 3
+SNAPSHOTS = ("snapshot.storage.k8s.io", "volumesnapshots")
 
 
-class FakeSnapshotApi(BaseHTTPRequestHandler):
-    """The three calls the job makes: create, list by label, delete, over VolumeSnapshots in one namespace."""
-
-    store: dict[str, dict] = {}
-    calls: list[tuple[str, str]] = []
-
-    def _reply(self, body: dict) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.calls.append(("POST", self.path))
-        assert self.headers["Authorization"] == "Bearer token-of-the-service-account"
-        self.store[body["metadata"]["name"]] = body
-        self._reply(body)
-
-    def do_GET(self) -> None:
-        self.calls.append(("GET", self.path))
-        self._reply({"items": list(self.store.values())})
-
-    def do_DELETE(self) -> None:
-        self.calls.append(("DELETE", self.path))
-        self._reply(self.store.pop(self.path.rsplit("/", 1)[1]))
-
-    def log_message(self, *args: object) -> None:
-        pass
+def snapshot(name: str, labels: dict[str, str]) -> dict:
+    meta = {"name": name, "namespace": NAMESPACE, "labels": labels}
+    return {"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot", "metadata": meta}
 
 
-@pytest.fixture
-def api(tmp_path):
-    FakeSnapshotApi.store = {
-        f"checkpoints-2026010{i}000000": {"metadata": {"name": f"checkpoints-2026010{i}000000"}} for i in range(1, 5)
-    }
-    FakeSnapshotApi.calls = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeSnapshotApi)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    account = tmp_path / "sa"
-    account.mkdir()
-    (account / "namespace").write_text("vision\n")
-    (account / "token").write_text("token-of-the-service-account\n")
-    env = {
-        **os.environ,
-        "KUBERNETES_API": f"http://127.0.0.1:{server.server_port}",
-        "SERVICE_ACCOUNT_DIR": str(account),
-        "CLAIM": "checkpoints",
-        "KEEP": "3",
-    }
-    yield env
-    server.shutdown()
-
-
-def test_the_snapshot_job_snapshots_the_claim_and_keeps_the_newest(api):
-    run = subprocess.run(
-        [sys.executable, "-c", snapshot_program()], env=api, capture_output=True, text=True, timeout=60
+def rendered_snapshot_job(build, protection: CheckpointProtection | None = None):
+    """The rendered CronJob's program and environment, and the rendered Role and RoleBinding."""
+    protection = protection or CheckpointProtection(snapshots=SnapshotSettings(keep=KEEP))
+    result, _ = build(lambda: protected(protection))
+    pod = by_name(result, "CronJob", f"{CLAIM}-snapshots")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"][:2] == ["python3", "-c"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    return (
+        container["command"][2],
+        env,
+        pod["serviceAccountName"],
+        objects(result, "Role"),
+        objects(result, "RoleBinding"),
     )
-    assert run.returncode == 0, run.stderr
-    created = [p for m, p in FakeSnapshotApi.calls if m == "POST"]
-    assert created == ["/apis/snapshot.storage.k8s.io/v1/namespaces/vision/volumesnapshots"]
-    names = sorted(FakeSnapshotApi.store)
-    assert len(names) == 3  # the new one and the two newest before it
-    assert names[:2] == ["checkpoints-20260103000000", "checkpoints-20260104000000"]
-    new = FakeSnapshotApi.store[names[-1]]
-    assert new["spec"] == {"source": {"persistentVolumeClaimName": "checkpoints"}}
+
+
+def run_job(program: str, env: dict[str, str], account: str, base_url: str, tmp_path) -> subprocess.CompletedProcess:
+    """Run the job's program as its pod would: the service account's token and namespace mounted as files."""
+    mounted = tmp_path / "serviceaccount"
+    mounted.mkdir(exist_ok=True)
+    (mounted / "namespace").write_text(f"{NAMESPACE}\n")
+    (mounted / "token").write_text(f"token-of-{account}\n")
+    environ = {**os.environ, **env, "KUBERNETES_API": base_url, "SERVICE_ACCOUNT_DIR": str(mounted)}
+    return subprocess.run([sys.executable, "-c", program], env=environ, capture_output=True, text=True, timeout=60)
+
+
+def cluster_with_snapshots(roles, bindings) -> stand_in_api.Cluster:
+    """Four labelled snapshots of the claim, a hand-made unlabelled one of it, two of another claim, and the
+    same claim's label in another namespace: retention may only ever touch the first four."""
+    tokens = {f"token-of-{CLAIM}-snapshots": (NAMESPACE, f"{CLAIM}-snapshots")}
+    cluster = stand_in_api.Cluster(roles, bindings, tokens)
+    ours = {SNAPSHOT_LABEL: CLAIM}
+    existing = [snapshot(f"{CLAIM}-2026010{i}000000", ours) for i in range(1, 5)]
+    existing += [snapshot(f"{CLAIM}-20251224000000", {}), snapshot(f"{CLAIM}-20251225000000", {"team": "vision"})]
+    existing += [snapshot(f"archive-2026010{i}000000", {SNAPSHOT_LABEL: "archive"}) for i in (1, 2)]
+    for obj in existing:
+        cluster.objects[(NAMESPACE, SNAPSHOTS[1], obj["metadata"]["name"])] = obj
+    elsewhere = {**snapshot(f"{CLAIM}-20250101000000", ours), "metadata": {"name": f"{CLAIM}-20250101000000",
+                 "namespace": "audio", "labels": ours}}  # fmt: skip
+    cluster.objects[("audio", SNAPSHOTS[1], elsewhere["metadata"]["name"])] = elsewhere
+    return cluster
+
+
+def test_the_snapshot_job_snapshots_the_claim_and_keeps_only_its_newest_labelled_snapshots(build, tmp_path):
+    program, env, account, roles, bindings = rendered_snapshot_job(build)
+    assert env == {"CLAIM": CLAIM, "KEEP": str(KEEP)}
+    cluster = cluster_with_snapshots(roles, bindings)
+    before = set(cluster.objects)
+    with stand_in_api.serve(cluster) as url:
+        run = run_job(program, env, account, url, tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr + str(cluster.requests)
+    assert all(code < 400 for _, _, code in cluster.requests), cluster.requests
+    collection = f"/apis/snapshot.storage.k8s.io/v1/namespaces/{NAMESPACE}/volumesnapshots"
+    assert [(verb, path) for verb, path, _ in cluster.requests if verb != "delete"] == [
+        ("create", collection),
+        ("list", f"{collection}?labelSelector={SNAPSHOT_LABEL}%3D{CLAIM}"),
+    ]
+    (new,) = [o for key, o in cluster.objects.items() if key not in before]
+    assert new["metadata"]["labels"] == {SNAPSHOT_LABEL: CLAIM}  # the next run finds it by this label
+    assert new["spec"] == {"source": {"persistentVolumeClaimName": CLAIM}}
     assert validate_object(new, "1.33") == []  # against the upstream VolumeSnapshot CRD
-    deleted = [p.rsplit("/", 1)[1] for m, p in FakeSnapshotApi.calls if m == "DELETE"]
-    assert deleted == ["checkpoints-20260101000000", "checkpoints-20260102000000"]
+    # The newest KEEP of the claim's labelled snapshots stay (the new one and the two before it); the
+    # unlabelled ones, the other claim's and the other namespace's are untouched.
+    assert sorted(name for ns, _, name in cluster.objects if ns == NAMESPACE) == sorted(
+        [
+            "archive-20260101000000",
+            "archive-20260102000000",
+            f"{CLAIM}-20251224000000",
+            f"{CLAIM}-20251225000000",
+            f"{CLAIM}-20260103000000",
+            f"{CLAIM}-20260104000000",
+            new["metadata"]["name"],
+        ]
+    )
+    assert ("audio", SNAPSHOTS[1], f"{CLAIM}-20250101000000") in cluster.objects
+    deleted = [path.rsplit("/", 1)[1] for verb, path, _ in cluster.requests if verb == "delete"]
+    assert deleted == [f"{CLAIM}-20260101000000", f"{CLAIM}-20260102000000"]
+
+
+def test_the_snapshot_job_fails_when_its_role_does_not_allow_a_call(build, tmp_path):
+    program, env, account, roles, bindings = rendered_snapshot_job(build)
+    for verb in ("create", "list", "delete"):
+        (role,) = roles
+        narrowed = {
+            **role,
+            "rules": [{**role["rules"][0], "verbs": [v for v in role["rules"][0]["verbs"] if v != verb]}],
+        }
+        cluster = cluster_with_snapshots([narrowed], bindings)
+        with stand_in_api.serve(cluster) as url:
+            run = run_job(program, env, account, url, tmp_path)
+        assert run.returncode != 0 and "403" in run.stderr, verb
+        assert [v for v, _, code in cluster.requests if code == 403] == [verb]
+
+
+def test_the_stand_in_api_server_authorizes_every_request_against_the_rendered_rbac(build, tmp_path):
+    _, _, account, roles, bindings = rendered_snapshot_job(build)
+    cluster = cluster_with_snapshots(roles, bindings)
+    token = f"token-of-{account}"
+
+    def call(method: str, path: str, token: str = token) -> int:
+        request = urllib.request.Request(f"{url}{path}", method=method, headers={"Authorization": f"Bearer {token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status
+        except urllib.error.HTTPError as e:
+            assert json.load(e)["kind"] == "Status"
+            return e.code
+
+    snapshots = f"/apis/snapshot.storage.k8s.io/v1/namespaces/{NAMESPACE}/volumesnapshots"
+    with stand_in_api.serve(cluster) as url:
+        assert call("GET", snapshots) == 200
+        assert call("GET", snapshots, token="someone-else") == 401
+        assert call("GET", f"{snapshots}/{CLAIM}-20260101000000") == 403  # get is not granted, only list
+        assert call("GET", snapshots.replace(NAMESPACE, "audio")) == 403  # the Role is namespaced
+        assert call("GET", f"/api/v1/namespaces/{NAMESPACE}/secrets") == 403
+        assert call("DELETE", snapshots) == 403  # deletecollection is not granted
+        assert call("GET", f"{snapshots}?labelSelector=a%20in%20(b") == 400
+
+
+@pytest.mark.parametrize(
+    ("selector", "labels", "matches"),
+    [
+        ("", {}, True),
+        ("a=b", {"a": "b"}, True),
+        ("a==b", {"a": "b", "c": "d"}, True),
+        ("a=b", {"a": "c"}, False),
+        ("a=b", {}, False),
+        ("a!=b", {}, True),  # != and notin match objects without the key
+        ("a!=b", {"a": "b"}, False),
+        ("example.com/a in (b, c)", {"example.com/a": "c"}, True),
+        ("a in (b,c)", {"a": "d"}, False),
+        ("a notin (b,c)", {}, True),
+        ("a notin (b,c)", {"a": "b"}, False),
+        ("a", {"a": ""}, True),
+        ("!a", {"a": ""}, False),
+        ("!a", {"b": "c"}, True),
+        ("a=b,c in (d,e),!f", {"a": "b", "c": "e"}, True),
+        ("a=b,c in (d,e),!f", {"a": "b", "c": "e", "f": "g"}, False),
+        (f"{SNAPSHOT_LABEL}={CLAIM}", {SNAPSHOT_LABEL: CLAIM}, True),
+        (f"{SNAPSHOT_LABEL}={CLAIM}", {SNAPSHOT_LABEL: "archive"}, False),
+    ],
+)
+def test_the_stand_in_api_server_matches_label_selectors_as_kubernetes_does(selector, labels, matches):
+    assert stand_in_api.selector_matches(selector, labels) is matches
+
+
+@pytest.mark.parametrize("selector", ["a in (b", "a=b=c", "=b", "a in b", "a>1", "-a=b"])
+def test_the_stand_in_api_server_refuses_a_malformed_selector(selector):
+    with pytest.raises(stand_in_api.SelectorError):
+        stand_in_api.selector_matches(selector, {})
 
 
 def test_the_snapshot_job_may_only_handle_volume_snapshots():

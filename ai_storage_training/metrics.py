@@ -1,0 +1,48 @@
+"""The training metrics (the platform's alert rules and dashboards read these names) and their HTTP endpoint.
+
+Every metric lives in prometheus_client's default registry, without labels of its own: Prometheus adds the
+namespace and pod of the training pod it scrapes.
+"""
+
+from __future__ import annotations
+
+import os
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import Counter, Histogram, start_http_server
+
+PORT_VARIABLE = "AI_STORAGE_METRICS_PORT"
+DEFAULT_PORT = 9095
+CHECKPOINT_BUCKETS = (0.5, 1, 2.5, 5, 10, 20, 30, 45, 60, 90, 120, 300, 600)
+READ_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+SAVE_SECONDS = Histogram(
+    "ai_storage_checkpoint_save_seconds", "Duration of each successful checkpoint save.", buckets=CHECKPOINT_BUCKETS
+)
+RESTORE_SECONDS = Histogram(
+    "ai_storage_checkpoint_restore_seconds",
+    "Duration of each successful checkpoint load (restore).",
+    buckets=CHECKPOINT_BUCKETS,
+)
+SAVE_FAILURES = Counter("ai_storage_checkpoint_save_failures_total", "Checkpoint saves that raised.")
+PREFETCH_HITS = Counter("ai_storage_prefetch_hits_total", "Reads whose prefetched data was ready when asked.")
+PREFETCH_MISSES = Counter("ai_storage_prefetch_misses_total", "Reads the job had to wait for.")
+READ_BYTES = Counter("ai_storage_read_bytes_total", "Bytes the prefetching reader returned to the job.")
+READ_SECONDS = Histogram("ai_storage_read_seconds", "Per-file read latency as the job sees it.", buckets=READ_BUCKETS)
+
+
+def port_from_environment() -> int:
+    """``$AI_STORAGE_METRICS_PORT``, or 9095."""
+    value = os.environ.get(PORT_VARIABLE, "")
+    if not value:
+        return DEFAULT_PORT
+    if not value.isdigit() or not 0 < int(value) < 65536:
+        raise ValueError(f"{PORT_VARIABLE}: expected a TCP port (1-65535); got {value!r}")
+    return int(value)
+
+
+def serve(port: int | None = None, addr: str = "0.0.0.0") -> WSGIServer:
+    """Serve the metrics over HTTP (``/metrics``) from a daemon thread, on ``port`` (default
+    ``$AI_STORAGE_METRICS_PORT`` or 9095); return the server (``shutdown()`` stops it)."""
+    server, _ = start_http_server(port_from_environment() if port is None else port, addr)
+    return server
