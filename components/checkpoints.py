@@ -178,7 +178,7 @@ def offsite_cronjob_spec(
     """The ``spec`` of the CronJob that copies ``claim``'s complete checkpoints to ``target`` (the destination
     and its sync flags), reading the keys from the Secret ``credentials``; with ``delivered``, as its service
     account, with the keys' Secret optional and the variables $(OFFSITE_URL) and $SYNC_FLAGS from its ConfigMap."""
-    env = [
+    env: list[dict[str, Any]] = [
         {"name": "CHECKPOINTS", "value": "/checkpoints/"},
         {"name": "SECRETS", "value": "/run/secrets/object-store"},
     ]
@@ -244,7 +244,8 @@ def protect_checkpoints(
     after: list[pulumi.Resource],
 ) -> None:
     """The snapshot schedule (with a service account allowed exactly that) and the offsite copy of ``claim`` in
-    ``namespace``, as ``s`` enables them; ``after`` holds the claim and its namespace."""
+    ``namespace``, as ``s`` enables them: with the keys of an ``OffsiteTarget`` (in a Secret of its own), or with
+    what the platform delivered (``DeliveredOffsite``); ``after`` holds the claim and its namespace."""
     child = pulumi.ResourceOptions(parent=parent, depends_on=after)
     if s.snapshots.enabled:
         account = f"{claim}{SNAPSHOTS_SUFFIX}"
@@ -264,21 +265,23 @@ def protect_checkpoints(
             spec=snapshot_cronjob_spec(claim, s.snapshots, account),
             opts=pulumi.ResourceOptions(parent=parent, depends_on=[*after, sa, role, binding]),
         )
-    if s.offsite.enabled and isinstance(target, DeliveredOffsite):
-        k8s.batch.v1.CronJob(
-            f"{name}-offsite",
-            metadata=kube.workload_metadata(f"{claim}-offsite", namespace, COPY_RESOURCES),
-            spec=offsite_cronjob_spec(
-                claim,
-                s.offsite,
-                target.credentials,
-                pulumi.Output.from_input((f"$(OFFSITE_URL){claim}/", ["$SYNC_FLAGS"])),
-                target,
-            ),
-            opts=pulumi.ResourceOptions(parent=parent, depends_on=after),
-        )
-    elif s.offsite.enabled and target is not None:
+    if not s.offsite.enabled or target is None:
+        return
+    if isinstance(target, OffsiteTarget):
         _offsite(name, claim, namespace, s.offsite, target, parent, after)
+        return
+    k8s.batch.v1.CronJob(
+        f"{name}-offsite",
+        metadata=kube.workload_metadata(f"{claim}{OFFSITE_SUFFIX}", namespace, COPY_RESOURCES),
+        spec=offsite_cronjob_spec(
+            claim,
+            s.offsite,
+            target.credentials,
+            pulumi.Output.from_input((f"$(OFFSITE_URL){claim}/", ["$SYNC_FLAGS"])),
+            target,
+        ),
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=after),
+    )
 
 
 def _offsite(

@@ -117,6 +117,7 @@ class Platform(pulumi.ComponentResource):
                 self.volcano.release if self.volcano else None,
                 self.fluid,
                 s.fluid.datasets if s.fluid.enabled else (),
+                protect,
             )
             self.teams = Teams(f"{name}-teams", teams, child)
         if m.enabled:

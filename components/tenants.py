@@ -26,7 +26,7 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from . import kube, volcano
 from .bucket import object_url
@@ -47,6 +47,8 @@ OFFSITE_TARGET = "offsite-target"
 """ConfigMap with `url` (the team's prefix of the bucket, as `juicefs sync` names it) and `sync-flags`."""
 OFFSITE_CREDENTIALS = "offsite-credentials"
 """Secret with `access-key` and `secret-key` that reach only the team's prefix (none under IRSA)."""
+ROLE_ANNOTATION = "eks.amazonaws.com/role-arn"
+"""The ServiceAccount annotation EKS reads to give the pods' AWS clients the account's IAM role."""
 SPACE_CLAIM = "space"
 """Claim of the team's writable directory `/teams/<name>`."""
 DATASETS_DIR = "/datasets"
@@ -59,9 +61,8 @@ against the team's cold-tier quota (one claim, this much)."""
 class TeamNamespace(Section):
     """A team the platform vends a namespace to."""
 
-    name: DnsLabel
-    """Team name: its Queue, the value of its namespace label `ai-storage-platform/team` and its directory
-    `/teams/<name>`."""
+    name: DnsLabel = Field(max_length=58)
+    """Team name (at most 58 characters): its Queue, its namespace label and its directory `/teams/<name>`."""
     namespace: DnsLabel | None = None
     """Namespace vended to the team; unset: the team's name."""
     pod_security: kube.PodSecurity = "restricted"
@@ -179,6 +180,8 @@ class TeamsArgs:
     """The Fluid component (its release and the datasets teams reference)."""
     fluid_datasets: Sequence[DatasetSettings] = ()
     """The platform's Fluid datasets."""
+    protect: bool = False
+    """Protect and retain the vended volumes and claims (`cluster.protectStatefulResources`)."""
 
 
 class Teams(pulumi.ComponentResource):
@@ -211,19 +214,34 @@ class Teams(pulumi.ComponentResource):
         if t.offsite:
             self._offsite(name, t, args.object_store, child)
         if args.juicefs is not None:
-            self._volumes(name, t, args.tier_prefix, args.juicefs, ns)
+            self._volumes(name, t, args, args.juicefs, ns)
         physical = {d.name: d for d in args.fluid_datasets}
         for dataset in t.fluid_datasets:
             self._reference(f"{name}-{dataset}", physical[dataset], ns_name, t.name, args.fluid, ns)
         return ns.metadata.name
 
     def _offsite(self, name: str, t: TeamNamespace, store: ObjectStore, opts: pulumi.ResourceOptions) -> None:
-        """The offsite ServiceAccount and the ConfigMap naming the team's prefix of the bucket."""
+        """Access to the team's prefix of the bucket only (``ObjectStore.scoped_access``): keys in a Secret, or
+        under IRSA the role on the ServiceAccount; and the ConfigMap naming the prefix."""
         ns_name = t.namespace_name
         prefix = f"{OFFSITE_PREFIX}{ns_name}/"
+        access = store.scoped_access(f"team-{t.name}", prefix, (ns_name, OFFSITE_ACCOUNT))
         labels = {**kube.labels("checkpoint-offsite", t.name), TEAM_LABEL: t.name}
-        meta = {"name": OFFSITE_ACCOUNT, "namespace": ns_name, "labels": labels}
-        k8s.core.v1.ServiceAccount(f"{name}-offsite-account", metadata=meta, opts=opts)
+        meta: dict[str, Any] = {"name": OFFSITE_ACCOUNT, "namespace": ns_name, "labels": labels}
+        if access.role_arn is not None:
+            meta["annotations"] = {ROLE_ANNOTATION: access.role_arn}
+        else:
+            k8s.core.v1.Secret(
+                f"{name}-offsite-credentials",
+                metadata={"name": OFFSITE_CREDENTIALS, "namespace": ns_name, "labels": labels},
+                type="Opaque",
+                string_data={"access-key": access.access_key, "secret-key": access.secret_key},
+                opts=opts,
+            )
+        # EKS mounts the role's web identity token itself: the pods need no API token.
+        k8s.core.v1.ServiceAccount(
+            f"{name}-offsite-account", metadata=meta, automount_service_account_token=False, opts=opts
+        )
         target = pulumi.Output.from_input(store.bucket_url).apply(
             lambda url: object_url(store.storage_type, url, prefix)
         )
@@ -234,14 +252,14 @@ class Teams(pulumi.ComponentResource):
             opts=opts,
         )
 
-    def _volumes(self, name: str, t: TeamNamespace, prefix: str, juicefs: JuiceFS, ns: pulumi.Resource) -> None:
+    def _volumes(self, name: str, t: TeamNamespace, args: TeamsArgs, juicefs: JuiceFS, ns: pulumi.Resource) -> None:
         """Read-only claims on `/datasets/<name>`, and the writable claim on `/teams/<team>`."""
         for dataset in t.datasets:
             path = f"{DATASETS_DIR}/{dataset}"
-            self._static(f"{name}-dataset-{dataset}", t, dataset, path, STATIC_REQUEST, True, prefix, juicefs, ns)
+            self._static(f"{name}-dataset-{dataset}", t, dataset, path, STATIC_REQUEST, True, args, juicefs, ns)
         if t.space:
             path = f"{TEAMS_DIR}/{t.name}"
-            self._static(f"{name}-space", t, SPACE_CLAIM, path, t.space, False, prefix, juicefs, ns)
+            self._static(f"{name}-space", t, SPACE_CLAIM, path, t.space, False, args, juicefs, ns)
 
     def _static(
         self,
@@ -251,7 +269,7 @@ class Teams(pulumi.ComponentResource):
         path: str,
         size: str,
         read_only: bool,
-        prefix: str,
+        args: TeamsArgs,
         juicefs: JuiceFS,
         ns: pulumi.Resource,
     ) -> None:
@@ -262,7 +280,7 @@ class Teams(pulumi.ComponentResource):
         volume = f"team.{ns_name}.{claim}"
         labels = {**kube.labels("team", "dataset" if read_only else "space"), TEAM_LABEL: t.name}
         mode = "ReadOnlyMany" if read_only else "ReadWriteMany"
-        cls = f"{prefix}cold"
+        cls = f"{args.tier_prefix}cold"
         k8s.core.v1.PersistentVolume(
             f"{name}-volume",
             metadata={"name": volume, "labels": labels},
@@ -274,7 +292,7 @@ class Teams(pulumi.ComponentResource):
                 "claimRef": {"namespace": ns_name, "name": claim},
                 **juicefs.static_volume(volume, path, read_only),
             },
-            opts=pulumi.ResourceOptions(parent=self, depends_on=juicefs.ready),
+            opts=kube.stateful(self, args.protect, depends_on=juicefs.ready),
         )
         k8s.core.v1.PersistentVolumeClaim(
             f"{name}-claim",
@@ -285,7 +303,7 @@ class Teams(pulumi.ComponentResource):
                 "volumeName": volume,
                 "resources": {"requests": {"storage": size}},
             },
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]),
+            opts=kube.stateful(self, args.protect, depends_on=[ns]),
         )
 
     def _reference(

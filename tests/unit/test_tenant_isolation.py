@@ -16,20 +16,21 @@ import pulumi
 import pytest
 from pulumi.runtime.settings import get_root_resource
 
-from components import fluid_dataset, juicefs, mock_engine, redis, render, tenants
+from components import ceph_rgw, fluid_dataset, juicefs, mock_engine, redis, render, tenants
 from tests.conftest import STACKS, stack_file
 from tests.unit.test_team import EXAMPLE
 
 # The platform's secrets live in these Secrets (in the platform's own namespaces): the JuiceFS volume Secret and
 # the client's environment (metadata URL with its password, the volume's bucket keys), Redis' config (password),
-# the object store's credentials and MinIO's root user, RGW's user keys, and Fluid's dataset credentials.
+# the object store's credentials, MinIO's root user, the RGW bucket owner's keys, and Fluid's dataset credentials
+# (not the scoped keys the object store makes for each team: those belong in the team's namespace).
 PLATFORM_SECRETS = (
     juicefs.SECRET_NAME,
     juicefs.CLIENT_ENV_SECRET,
     redis.CONFIG_SECRET,
     "object-store-credentials",
     "minio-root",
-    "rgw-",
+    f"rgw-{ceph_rgw.RGW_USER}-keys",
     fluid_dataset.CREDENTIALS_SECRET,
 )
 

@@ -3,6 +3,8 @@ read-only dataset claims scoped to one directory and its writable space; setting
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from components import tenants
@@ -17,19 +19,20 @@ from tests.conftest import Build, by_name, objects
 
 MINIO_BUCKET = "http://minio.object-store.svc.cluster.local:9000/ai-datasets"
 VOLUME = JuiceFSSource("ai-datasets", "redis://:pw@meta", "minio", MINIO_BUCKET, "ak", "sk")
+OIDC = "arn:aws:iam::123456789012:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/ABC"
 CORPUS = DatasetSettings(name="corpus", namespace="training", path="/datasets/corpus")
 
 
-def teams(build: Build, prefix: str = "", **team: object):
-    """One vended team ``nlp`` (over ``team``), with the platform's object store, JuiceFS volume and a Fluid
-    dataset ``corpus`` to reference."""
+def teams(build: Build, prefix: str = "", store: ObjectStoreSettings | None = None, **team: object):
+    """One vended team ``nlp`` (over ``team``), with the platform's object store (MinIO unless ``store``), JuiceFS
+    volume and a Fluid dataset ``corpus`` to reference."""
 
     def program() -> None:
-        store = ObjectStore("store", ObjectStoreArgs(ObjectStoreSettings()))
+        store_ = ObjectStore("store", ObjectStoreArgs(store or ObjectStoreSettings()))
         juicefs = JuiceFS("juicefs", JuiceFSArgs(JuiceFSSettings(), VOLUME))
         settings = TeamsSettings.model_validate({"workspaces": [{"name": "nlp", **team}]})
         volcano = Volcano("volcano", VolcanoArgs(VolcanoSettings(enabled=True)))
-        Teams("teams", TeamsArgs(settings, prefix, store, juicefs, volcano.release, None, [CORPUS]))
+        Teams("teams", TeamsArgs(settings, prefix, store_, juicefs, volcano.release, None, [CORPUS]))
 
     return build(program)
 
@@ -77,6 +80,30 @@ def test_offsite_access_names_the_teams_prefix_only(build):
     assert not objects(result, "ServiceAccount") and not objects(result, "ConfigMap")
 
 
+def test_offsite_keys_are_the_teams_scoped_keys_delivered_as_a_secret(build):
+    result, monitor = teams(build)
+    secret = by_name(result, "Secret", tenants.OFFSITE_CREDENTIALS)
+    assert secret["metadata"]["namespace"] == "nlp"
+    assert secret["stringData"] == {"access-key": "[secret]", "secret-key": "[secret]"}
+    # The keys of the scope the object store made for the team's prefix (a MinIO user and policy here).
+    store = next(r for r in monitor.registrations if r.type == "ai-storage:object_store:ObjectStore")
+    deps = {r.name: r.dependencies for r in monitor.registrations}
+    assert store and any("team-nlp" in d for d in deps["teams-nlp-offsite-credentials"])
+
+
+def test_under_irsa_the_account_carries_the_teams_role_and_no_keys_are_delivered(build):
+    s3 = ObjectStoreSettings(backend="s3", s3={"oidcProviderArn": OIDC})
+    result, monitor = teams(build, store=s3)
+    assert not [o for o in in_namespace(result, "nlp") if o["kind"] == "Secret"]
+    account = by_name(result, "ServiceAccount", tenants.OFFSITE_ACCOUNT)
+    (role,) = [r for r in monitor.registrations if r.type == "aws:iam/role:Role" and "team-nlp" in r.name]
+    assert account["metadata"]["annotations"] == {tenants.ROLE_ANNOTATION: f"arn:aws:iam::000000000000:{role.name}"}
+    # Only the team's offsite account may assume it.
+    (statement,) = json.loads(role.inputs["assumeRolePolicy"])["Statement"]
+    subjects = [v for k, v in statement["Condition"]["StringEquals"].items() if k.endswith(":sub")]
+    assert subjects == [["system:serviceaccount:nlp:offsite"]]
+
+
 def test_datasets_are_read_only_volumes_of_one_directory_mounted_with_the_platforms_secret(build):
     result, _ = teams(build, datasets=["librispeech"])
     pv = by_name(result, "PersistentVolume", "team.nlp.librispeech")
@@ -118,7 +145,10 @@ def test_a_fluid_dataset_is_a_reference_and_no_credentials_reach_the_namespace(b
     runtime = by_name(result, "ThinRuntime", "corpus")
     assert runtime["metadata"]["namespace"] == "nlp" and runtime["spec"] == {}
     kinds = {o["kind"] for o in in_namespace(result, "nlp")}
-    assert kinds.isdisjoint({"Secret", "JuiceFSRuntime", "AlluxioRuntime"})
+    assert kinds.isdisjoint({"JuiceFSRuntime", "AlluxioRuntime"})
+    assert [s["metadata"]["name"] for s in in_namespace(result, "nlp") if s["kind"] == "Secret"] == [
+        tenants.OFFSITE_CREDENTIALS
+    ]
 
 
 def test_without_teams_the_platform_vends_nothing(render_stack):
@@ -171,3 +201,12 @@ def test_datasets_and_space_need_juicefs_and_fluid_datasets_need_fluid():
         load_settings("dev", config)
     keys = {p.key for p in caught.value.problems}
     assert keys == {"teams.workspaces[0].datasets", "teams.workspaces[0].fluidDatasets[0]"}
+
+
+def test_vended_volumes_and_claims_follow_the_stacks_protection(render_stack):
+    protected = {"cluster": {"protectStatefulResources": True}, "metadata": {"acceptNodeLossRisk": True}}
+    _, monitor = render_stack("dev", **protected)
+    kinds = ("kubernetes:core/v1:PersistentVolume", "kubernetes:core/v1:PersistentVolumeClaim")
+    vended = [r for r in monitor.registrations if r.type in kinds and r.name.startswith("ai-storage-teams-")]
+    assert len(vended) == 6  # speech: librispeech and space; vision: space (a volume and a claim each)
+    assert all(r.protect and r.retain_on_delete for r in vended)
