@@ -158,13 +158,21 @@ def credentials(
     )
 
 
+POD_NETWORK = {"networkMode": "ContainerNetwork"}
+"""A runtime part on the pod network (Fluid's default is the host's): NetworkPolicies select it by namespace."""
+RUNTIME_PARTS = {"juicefs": ("fuse", "worker"), "alluxio": ("master", "jobMaster", "worker", "jobWorker", "fuse")}
+"""The parts of each runtime that run pods."""
+
+
 def runtime_spec(d: DatasetCache, secret: pulumi.Input[str], source: JuiceFSSource | BucketSource) -> dict[str, Any]:
-    """The runtime's ``spec``: cache workers and levels; a JuiceFSRuntime's FUSE and worker clients also get the
-    client's environment (SENTINEL_PASSWORD with Sentinels) from ``secret``."""
+    """The runtime's ``spec``: cache workers and levels, every part on the pod network; a JuiceFSRuntime's FUSE
+    and worker clients also get the client's environment (SENTINEL_PASSWORD with Sentinels) from ``secret``."""
     spec: dict[str, Any] = {"replicas": d.replicas, "tieredstore": cache_spec(d.cache)}
+    spec.update({part: dict(POD_NETWORK) for part in RUNTIME_PARTS[runtime_of(source)]})
     if isinstance(source, JuiceFSSource) and source.envs:
         env = [{"name": k, "valueFrom": {"secretKeyRef": {"name": secret, "key": k}}} for k in sorted(source.envs)]
-        spec.update(fuse={"env": env}, worker={"env": env})
+        spec["fuse"]["env"] = env
+        spec["worker"]["env"] = env
     return spec
 
 

@@ -172,8 +172,8 @@ def checkov_skips(resources: Resources, *also: str) -> dict[str, str]:
 def ingress_policy(
     name: str, ns: pulumi.Input[str], pod_labels: dict[str, str], ports: Sequence[int], parent: pulumi.Resource
 ) -> k8s.networking.v1.NetworkPolicy:
-    """A NetworkPolicy denying the selected pods all ingress except TCP ``ports`` (from any source: JuiceFS
-    mount pods run on the host network, which pod and namespace selectors do not match)."""
+    """A NetworkPolicy denying the selected pods all ingress except TCP ``ports`` from any source (who may reach
+    the metadata engine and MinIO is ``network_policies``' business)."""
     spec: dict[str, Any] = {"podSelector": {"matchLabels": pod_labels}, "policyTypes": ["Ingress"]}
     if ports:
         spec["ingress"] = [{"ports": [{"protocol": "TCP", "port": port} for port in ports]}]

@@ -256,12 +256,11 @@ def minio_bucket(
     )
     labels = kube.labels("minio", "object-store")
     headless, service = services(name, ns, labels, parent)
-    policy = kube.ingress_policy(f"{name}-network-policy", ns.metadata.name, labels, [PORT], parent)
     statefulset = k8s.apps.v1.StatefulSet(
         f"{name}-minio",
         metadata=kube.workload_metadata("minio", ns.metadata.name, m.resources, labels),
         spec=statefulset_spec(m, namespace, labels, metrics),
-        opts=kube.stateful(parent, protect, depends_on=[root, headless, policy]),
+        opts=kube.stateful(parent, protect, depends_on=[root, headless]),
     )
     job_labels = kube.labels("minio-bucket", "object-store")
     job_policy = kube.ingress_policy(f"{name}-bucket-network-policy", ns.metadata.name, job_labels, [], parent)

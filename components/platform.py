@@ -16,10 +16,12 @@ from .local_nvme import LocalNVMe, LocalNVMeArgs
 from .metadata_backup import BACKUP_PREFIX
 from .metadata_engine import MetadataEngine, MetadataEngineArgs, previous_engine
 from .monitoring import Monitoring, MonitoringArgs
+from .network_policies import NetworkPolicies, NetworkPoliciesArgs
 from .object_store import ObjectStore, ObjectStoreArgs
+from .quotas import claim_class_policy
 from .rook_ceph import RookCeph, RookCephArgs
 from .settings import PlatformSettings
-from .storage_tiers import StorageTiers, StorageTiersArgs, TierBackend
+from .storage_tiers import TIERS, StorageTiers, StorageTiersArgs, TierBackend, class_name
 from .tenants import Teams, TeamsArgs
 from .training import Training, TrainingArgs
 from .volcano import Volcano, VolcanoArgs
@@ -122,6 +124,7 @@ class Platform(pulumi.ComponentResource):
             self.teams = Teams(f"{name}-teams", teams, child)
         if m.enabled:
             self._monitoring(name, s)
+        self._walls(name, s)
         # Last: the ceph-rgw bucket policy needs every scoped access asked for above.
         self.object_store.finish()
         self.register_outputs({"storage_classes": self.storage_classes})
@@ -145,6 +148,32 @@ class Platform(pulumi.ComponentResource):
             after=parts,
         )
         Monitoring(f"{name}-monitoring", args, pulumi.ResourceOptions(parent=self))
+
+    def _walls(self, name: str, s: PlatformSettings) -> None:
+        """What keeps team namespaces off the platform: claims only on the tier classes, and NetworkPolicies
+        around the metadata engine and MinIO."""
+        child = pulumi.ResourceOptions(parent=self)
+        classes = [class_name(s.tiers, tier) for tier in TIERS if getattr(s.tiers, tier) != "none"]
+        claim_class_policy(name, classes, s.fluid.namespace if s.fluid.enabled else None, self)
+        if not s.network_policies.enabled:
+            return
+        datasets = s.fluid.datasets if s.fluid.enabled else []
+        juicefs = [s.juicefs.namespace] if s.juicefs.enabled else []
+        juicefs += [d.namespace for d in datasets if d.runtime == "juicefs"]
+        bucket = [d.namespace for d in datasets]
+        if s.training.enabled and s.volcano.enabled and s.checkpoints.offsite.enabled:
+            bucket.append(s.training.workload_namespace)  # the platform's offsite copy runs there
+        in_cluster = s.juicefs.enabled and s.metadata.engine != "elasticache"
+        args = NetworkPoliciesArgs(
+            s.network_policies,
+            metadata_namespace=s.metadata.namespace if in_cluster else None,
+            minio_namespace=s.object_store.namespace if s.object_store.backend == "minio" else None,
+            juicefs_clients=juicefs,
+            bucket_clients=bucket,
+            monitoring=s.monitoring.enabled,
+            after=[c for c in (self.object_store, self.metadata) if c is not None],
+        )
+        NetworkPolicies(f"{name}-network-policies", args, child)
 
     def _scheduling(self, name: str, s: PlatformSettings, tiers: StorageTiers) -> None:
         """Volcano, then Fluid, then the training operator (its runtimes mount Fluid's dataset claims)."""

@@ -25,7 +25,9 @@ from .juicefs import JuiceFSSettings
 from .local_nvme import LocalNVMeSettings
 from .metadata_engine import MetadataSettings
 from .monitoring import MonitoringSettings
+from .network_policies import NetworkPolicySettings
 from .object_store import ObjectStoreSettings
+from .plan_diff import ResourceRef
 from .rook_ceph import RookCephSettings
 from .section import Problem, Section, SettingsError, validate
 from .storage_tiers import TIERS, TiersSettings
@@ -45,13 +47,29 @@ class ClusterSettings(Section):
     """The target cluster and how stateful resources are guarded."""
 
     kubernetes_version: str = Field("1.33", pattern=r"^1\.(2[5-9]|3[0-7])$")
-    """Kubernetes minor version of the cluster (1.25 to 1.37); rendered objects are validated against it."""
+    """Kubernetes minor version of the cluster (1.30 to 1.37); rendered objects are validated against it."""
     kubeconfig: str | None = None
     """Path to the kubeconfig for `pulumi up`; unset uses the ambient KUBECONFIG."""
     context: str | None = None
     """kubeconfig context to deploy to; unset uses the current context."""
     protect_stateful_resources: bool = False
     """Set `protect` and `retainOnDelete` on buckets, data volumes and clusters (on for staging and prod)."""
+    acknowledge_replacements: list[ResourceRef] = []
+    """Protected or data-holding resources an update may replace or delete, as the diff names them (review.md)."""
+
+    def problems(self) -> list[Problem]:
+        """Kubernetes 1.30 or later: team namespaces rely on a ValidatingAdmissionPolicy (GA in 1.30)."""
+        if int(self.kubernetes_version.split(".")[1]) < 30:
+            return [
+                Problem(
+                    "kubernetesVersion",
+                    "expected 1.30 or later",
+                    self.kubernetes_version,
+                    "the platform refuses claims outside the storage tiers in team namespaces with a "
+                    "ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in 1.30); upgrade the cluster",
+                )
+            ]
+        return []
 
 
 class CheckpointSettings(CheckpointProtection):
@@ -94,6 +112,8 @@ class PlatformSettings(Section):
     """The team namespaces the platform vends, and their defaults."""
     monitoring: MonitoringSettings = MonitoringSettings()
     """Prometheus Operator scrape objects, alert rules and Grafana dashboards."""
+    network_policies: NetworkPolicySettings = NetworkPolicySettings()
+    """Who may connect to the metadata engine and MinIO."""
 
     def backends(self) -> dict[str, bool]:
         """Which tier backends the stack enables."""
@@ -110,7 +130,7 @@ class PlatformSettings(Section):
             *team_problems(
                 self.teams,
                 [q.name for q in self.volcano.queues],
-                self.juicefs.enabled,
+                self.juicefs.enabled and self.tiers.cold != "none",
                 self.fluid.datasets if self.fluid.enabled else None,
             ),
         ]

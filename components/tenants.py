@@ -35,12 +35,9 @@ from .fluid_dataset import API as FLUID_API
 from .fluid_dataset import DatasetSettings
 from .juicefs import JuiceFS
 from .object_store import ObjectStore
-from .quotas import QuotaSettings, limit_range_spec, over_quota, quota_spec
+from .quotas import TEAM_LABEL, QuotaSettings, limit_range_spec, over_quota, quota_spec
 from .section import DnsLabel, Problem, Quantity, Section
 
-TEAM_LABEL = "ai-storage-platform/team"
-"""Label of every namespace vended to a team (its value: the team's name); NetworkPolicies and admission
-policies select team namespaces by it."""
 OFFSITE_ACCOUNT = "offsite"
 """ServiceAccount the team's offsite copies run as (annotated with the team's IAM role under IRSA)."""
 OFFSITE_TARGET = "offsite-target"
@@ -138,10 +135,14 @@ class TeamsSettings(Section):
 
 
 def team_problems(
-    teams: TeamsSettings, volcano_queues: Sequence[str], juicefs: bool, fluid: Sequence[DatasetSettings] | None
+    teams: TeamsSettings,
+    volcano_queues: Sequence[str],
+    volumes: bool,
+    fluid: Sequence[DatasetSettings] | None,
 ) -> list[Problem]:
-    """Team names used twice, queues Volcano or the platform already own, datasets without JuiceFS, Fluid
-    datasets the platform does not have (``fluid``: its datasets, None when Fluid is off)."""
+    """Team names used twice, queues Volcano or the platform already own, datasets without JuiceFS and a cold
+    tier (``volumes``), Fluid datasets the platform does not have (``fluid``: its datasets, None when Fluid is
+    off)."""
     found = []
     seen: set[str] = set()
     for i, t in enumerate(teams.workspaces):
@@ -152,9 +153,10 @@ def team_problems(
         if t.name in (*volcano.RESERVED_QUEUES, *volcano_queues):
             hint = "the team's Queue carries its name: Volcano owns default and root, volcano.queues the others"
             found.append(Problem(f"{key}.name", "expected a name no other Queue has", t.name, hint))
-        if (t.datasets or t.space) and not juicefs:
-            hint = "the datasets and the writable space are directories of the JuiceFS volume"
-            found.append(Problem(f"{key}.datasets", "expected juicefs.enabled: true", t.datasets, hint))
+        if (t.datasets or t.space) and not volumes:
+            hint = "the datasets and the writable space are directories of the JuiceFS volume, claimed on the cold tier"
+            expected = "expected juicefs.enabled: true and a backend for tiers.cold"
+            found.append(Problem(f"{key}.datasets", expected, t.datasets, hint))
         names = [d.name for d in fluid or []]
         for j, d in enumerate(t.fluid_datasets):
             if names.count(d) != 1:

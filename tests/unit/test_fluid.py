@@ -145,3 +145,39 @@ def test_cli_rejects_a_bad_cache_medium_with_exit_2(tmp_path, capsys):
     assert main(["render", "--stack", "dev", "--config-file", str(path), "--out", str(tmp_path / "out")]) == 2
     expected = "fluid.datasets[0].cache[0].medium: expected one of 'MEM', 'SSD', 'HDD'; got 'NVME'"
     assert expected in capsys.readouterr().err
+
+
+# The chart's condition for the misplaced annotation (fluid 1.0.8,
+# templates/controller/<engine>runtime_controller.yaml): `if gt (.Values.runtime.<engine>.replicas | int) 1`.
+def renders_an_invalid_runtime_deployment(values: dict) -> bool:
+    return any(int(r.get("replicas", 1)) > 1 for r in values.get("runtime", {}).values() if isinstance(r, dict))
+
+
+@pytest.mark.parametrize("stack", ["staging", "prod"])
+def test_ha_stacks_replicate_the_controllers_fluid_scales_and_no_runtime_controller(render_stack, stack):
+    result, _ = render_stack(stack)
+    (chart,) = [c for c in result.charts if c["chart"] == "fluid"]
+    values = chart["values"]
+    assert not renders_an_invalid_runtime_deployment(values)
+    assert values["runtime"]["juicefs"]["enabled"] is True  # its one replica runs from the start
+    assert values["runtime"]["juicefs"]["resources"]["limits"]["memory"] == "2Gi"
+    assert [values[k]["replicas"] for k in ("dataset", "webhook", "fluidapp")] == [2, 2, 2]
+    assert values["webhook"]["forceReplacePluginsProfile"] is True  # the plugin profile is still there
+    budgets = {
+        o["metadata"]["name"]: o["spec"]["selector"]["matchLabels"] for o in objects(result, "PodDisruptionBudget")
+    }
+    fluid_budgets = {k: v for k, v in budgets.items() if v.get("control-plane")}
+    assert fluid_budgets == {
+        c: {"control-plane": c} for c in ("dataset-controller", "fluid-webhook", "fluidapp-controller")
+    }
+
+
+def test_the_invalid_deployment_check_sees_the_chart_condition():
+    assert renders_an_invalid_runtime_deployment({"runtime": {"juicefs": {"enabled": True, "replicas": 2}}})
+    assert not renders_an_invalid_runtime_deployment({"runtime": {"juicefs": {"enabled": True, "replicas": 1}}})
+
+
+def test_dev_runs_single_controllers_without_budgets():
+    values = chart_values(FluidSettings.model_validate({"enabled": True, "datasets": [{"name": "d"}]}))
+    assert "dataset" not in values and "fluidapp" not in values
+    assert "replicas" not in values["webhook"] and values["runtime"] == {"juicefs": values["runtime"]["juicefs"]}

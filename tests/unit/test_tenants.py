@@ -210,3 +210,11 @@ def test_vended_volumes_and_claims_follow_the_stacks_protection(render_stack):
     vended = [r for r in monitor.registrations if r.type in kinds and r.name.startswith("ai-storage-teams-")]
     assert len(vended) == 6  # speech: librispeech and space; vision: space (a volume and a claim each)
     assert all(r.protect and r.retain_on_delete for r in vended)
+
+
+def test_datasets_and_space_need_a_cold_tier_class_the_claim_policy_admits():
+    config = {"tiers": {"cold": "none"}, "teams": {"workspaces": [{"name": "a", "datasets": ["corpus"]}]}}
+    with pytest.raises(SettingsError) as caught:
+        load_settings("dev", config)
+    (problem,) = [p for p in caught.value.problems if p.key.startswith("teams.")]
+    assert problem.key == "teams.workspaces[0].datasets" and "tiers.cold" in problem.expected
