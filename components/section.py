@@ -184,8 +184,12 @@ _EXPECTED = {
 }
 
 
+_UNION_BRANCH = re.compile(r"^(int|float|str|bool|none|constrained-\w+|[a-z-]+\[.*\])$")
+"""How pydantic names the branch of a union (``X | int``) in an error's location, e.g. ``int``."""
+
+
 def _problem(model: type[BaseModel], error: Any) -> Problem:
-    loc = tuple(error["loc"])
+    loc = tuple(part for part in error["loc"] if not (isinstance(part, str) and _UNION_BRANCH.match(part)))
     kind = error["type"]
     key = _key_path(loc)
     got = error.get("input", _MISSING)
@@ -220,7 +224,13 @@ def validate(model: type[S], data: Mapping[str, Any]) -> S:
     try:
         parsed = model.model_validate(dict(data))
     except ValidationError as exc:
-        raise SettingsError([_problem(model, e) for e in exc.errors(include_url=False)]) from None
+        found: dict[str, Problem] = {}
+        for problem in (_problem(model, e) for e in exc.errors(include_url=False)):
+            if problem.key in found:  # each branch of a union refused it: one problem with every expectation
+                other = problem.expected.removeprefix("expected ")
+                problem = replace(found[problem.key], expected=f"{found[problem.key].expected}, or {other}")
+            found[problem.key] = problem
+        raise SettingsError(list(found.values())) from None
     problems = rule_problems(parsed)
     if problems:
         raise SettingsError(problems)
