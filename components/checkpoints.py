@@ -21,7 +21,7 @@ from ai_storage_training import layout
 
 from . import kube, versions
 from .bucket import sync_container
-from .section import Resources, Section
+from .section import Cron, Resources, Section
 
 MARKER = layout.MARKER
 """The file a checkpoint writer creates last, inside ``step-*/``."""
@@ -32,7 +32,6 @@ SNAPSHOT_LABEL = "ai-storage-platform/snapshot-of"
 SNAPSHOTS_SUFFIX = "-snapshots"
 OFFSITE_SUFFIX = "-offsite"
 """The snapshot and offsite CronJobs are named ``<claim><suffix>`` (the protection alerts select them so)."""
-CRON = r"^(\S+\s+){4}\S+$"
 RESOURCES = Resources(cpu_request="50m", cpu_limit="500m", memory_request="64Mi", memory_limit="256Mi")
 COPY_RESOURCES = Resources(cpu_request="100m", cpu_limit="1", memory_request="256Mi", memory_limit="1Gi")
 
@@ -42,7 +41,7 @@ class SnapshotSettings(Section):
 
     enabled: bool = True
     """Snapshot the claim on a schedule (needs the CSI snapshot CRDs and controller, and a Ceph tier)."""
-    schedule: str = Field("0 */4 * * *", pattern=CRON)
+    schedule: Cron = "0 */4 * * *"
     """Cron schedule of the snapshots (five fields, cluster time zone)."""
     keep: int = Field(6, ge=1, le=100)
     """Snapshots kept per claim; the oldest beyond this are deleted after each new one."""
@@ -53,7 +52,7 @@ class OffsiteSettings(Section):
 
     enabled: bool = True
     """Copy complete checkpoints to the bucket on a schedule."""
-    schedule: str = Field("*/30 * * * *", pattern=CRON)
+    schedule: Cron = "*/30 * * * *"
     """Cron schedule of the copy (five fields, cluster time zone)."""
 
 

@@ -37,6 +37,7 @@ VALIDATORS = {
     section._quantity: ("ten gigs", "expected a Kubernetes quantity"),
     section._dns_label: ("Not_A_Label", "expected a DNS label"),
     section._regex: ("(unclosed", "expected a regular expression"),
+    section._cron: ("every 4 hours", "expected a cron schedule"),
     plan_diff._resource_ref: ("redis", "expected a resource as the diff names it"),
 }
 """A value each of the settings' own validators refuses, with its expectation."""
@@ -206,10 +207,18 @@ PINNED = [
     # (loader, key, bad value, expectation): constraints that guard data, so that removing one fails here.
     ("platform", "checkpoints.snapshots.keep", 0, ">= 1"),
     ("platform", "checkpoints.snapshots.keep", 101, "<= 100"),
-    ("platform", "checkpoints.snapshots.schedule", "every 4 hours", "expected text matching"),
-    ("platform", "checkpoints.offsite.schedule", "*/30 * * *", "expected text matching"),
+    ("platform", "checkpoints.snapshots.schedule", "every 4 hours", "expected a cron schedule"),
+    ("platform", "checkpoints.snapshots.schedule", "0 */4 * * * *", "expected a cron schedule"),
+    ("platform", "checkpoints.offsite.schedule", "*/30 * * *", "expected a cron schedule"),
+    ("platform", "checkpoints.offsite.schedule", "60 * * * *", "expected a cron schedule"),
+    ("platform", "checkpoints.offsite.schedule", "*/0 * * * *", "expected a cron schedule"),
+    ("platform", "juicefs.metadataBackup.schedule", "0 24 * * *", "expected a cron schedule"),
+    ("platform", "juicefs.metadataBackup.schedule", "0 0 0 * *", "expected a cron schedule"),
+    ("platform", "juicefs.metadataBackup.schedule", "0 0 * 13 *", "expected a cron schedule"),
+    ("platform", "juicefs.metadataBackup.schedule", "0 0 * * 7", "expected a cron schedule"),
+    ("platform", "juicefs.metadataBackup.schedule", "0 0 * * FRI-MON", "expected a cron schedule"),
     ("platform", "checkpoints.offsiteRetentionDays", 0, ">= 1"),
-    ("platform", "juicefs.metadataBackup.schedule", "@daily", "expected text matching"),
+    ("platform", "juicefs.metadataBackup.schedule", "@daily", "expected a cron schedule"),
     ("platform", "juicefs.metadataBackup.retentionDays", 0, ">= 1"),
     ("platform", "juicefs.cache.fuseReadAheadKib", -1, ">= 0"),
     ("platform", "juicefs.cache.fuseReadAheadKib", 262145, "<= 262144"),
@@ -221,7 +230,7 @@ PINNED = [
     ("platform", "monitoring.rules.thresholds.checkpointSaveFailurePercent.critical", 101, "<= 100"),
     ("platform", "monitoring.rules.thresholds.checkpointSaveSeconds.warning", -1, ">= 0"),
     ("team", "checkpoint.snapshots.keep", 0, ">= 1"),
-    ("team", "checkpoint.offsite.schedule", "hourly", "expected text matching"),
+    ("team", "checkpoint.offsite.schedule", "hourly", "expected a cron schedule"),
 ]
 
 
@@ -231,6 +240,14 @@ def test_a_pinned_bad_value_is_refused(loader, key, value, expected):
     levels = {"warning": 90, "critical": 95} if last in ("warning", "critical") else {}
     data = nested(tuple(heads), {**levels, last: value})
     assert any(expected in line and "Hint:" in line for line in refusal(loader, data, key))
+
+
+@pytest.mark.parametrize(
+    "schedule", ["0 */4 * * *", "*/30 * * * *", "17 */6 * * *", "0 2 * * MON-FRI", "5,35 0-6/2 1-15 jan,Jul ?"]
+)
+def test_a_cron_schedule_kubernetes_accepts_is_accepted(schedule):
+    settings = load_settings("dev", {"checkpoints": {"snapshots": {"schedule": schedule}}})
+    assert settings.checkpoints.snapshots.schedule == schedule
 
 
 def problem_sections() -> set[str]:
