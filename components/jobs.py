@@ -5,9 +5,9 @@ Both run in the team's queue, mount the dataset read-only at ``/data`` and the c
 TrainJob names a ClusterTrainingRuntime the platform installed and patches its ``node`` pods through
 ``spec.runtimePatches``; a Volcano Job is gang-scheduled as a whole (``minAvailable``) and restarted as a whole
 when a pod is evicted or fails (its ``policies``), with the ``svc`` and ``ssh`` plugins that distributed
-launchers (torchrun, MPI) need to find their peers. Both label their pods for the training metrics' PodMonitor;
-a Volcano Job's container declares the metrics port, a TrainJob's comes from its runtime (a runtime patch
-cannot add ports).
+launchers (torchrun, MPI) need to find their peers. A Volcano Job labels its pods and declares the metrics port
+for the training metrics' PodMonitor; a TrainJob's pods get both from the platform's runtime (a runtime patch
+cannot add ports, and the Trainer refuses patch changes to a running TrainJob).
 """
 
 from __future__ import annotations
@@ -82,13 +82,12 @@ def _trainer_overrides(job: JobSettings) -> dict[str, Any]:
 
 
 def team_pod(queue: str, uid: int, dataset_claim: str, checkpoint_claim: str, container: dict[str, Any]) -> dict:
-    """A training pod of the team: its queue, the training metrics' label, non-root as ``uid``, the /data and
-    /checkpoints claims mounted in ``container`` (whose root filesystem stays writable: training code writes
-    caches and temporary files)."""
+    """A training pod of the team: its queue, non-root as ``uid``, the /data and /checkpoints claims mounted in
+    ``container`` (whose root filesystem stays writable: training code writes caches and temporary files)."""
     mounts, volumes = training.claim_volumes(dataset_claim, checkpoint_claim)
     security = {**kube.restricted_container(uid), "readOnlyRootFilesystem": False}
     return {
-        "metadata": {"annotations": {volcano.QUEUE_ANNOTATION: queue}, "labels": dict(training.METRICS_LABELS)},
+        "metadata": {"annotations": {volcano.QUEUE_ANNOTATION: queue}},
         "spec": {
             "securityContext": kube.restricted_pod(uid),
             "containers": [{**container, "volumeMounts": mounts, "securityContext": security}],
@@ -132,6 +131,7 @@ def volcano_job_spec(job: JobSettings, queue: str, uid: int, dataset_claim: str,
         resources = job.resources_per_node.spec()
         container["resources"] = {"requests": resources, "limits": resources}
     pod = team_pod(queue, uid, dataset_claim, checkpoint_claim, container)
+    pod["metadata"]["labels"] = dict(training.METRICS_LABELS)
     pod["spec"]["restartPolicy"] = "Never"  # Volcano restarts the whole gang, not single pods
     return {
         "schedulerName": volcano.SCHEDULER_NAME,

@@ -36,16 +36,16 @@ def test_a_volcano_job_is_gang_scheduled_in_the_team_queue_and_restarts_whole():
     assert validate_custom_resource(job) == []  # against Volcano's upstream CRD
 
 
-def test_both_job_kinds_label_their_pods_for_the_training_metrics_and_a_volcano_job_declares_the_port():
+def test_a_volcano_job_labels_its_pods_for_the_training_metrics_and_declares_the_port():
     pod = volcano_job()["spec"]["tasks"][0]["template"]
     assert pod["metadata"]["labels"] == training.METRICS_LABELS
     (worker,) = pod["spec"]["containers"]
     assert worker["ports"] == [{"name": "train-metrics", "containerPort": 9095, "protocol": "TCP"}]
     assert {"name": "AI_STORAGE_METRICS_PORT", "value": "9095"} in worker["env"]
-    # A TrainJob's pods come from a platform runtime (which declares the port); its patch keeps the label.
+    # A TrainJob's pods get both from the platform's runtime (test_training); its patch leaves them alone.
     spec = train_job_spec(JobSettings(), "vision", 10001, "data", "ckpt")
     (replicated,) = spec["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
-    assert replicated["template"]["spec"]["template"]["metadata"]["labels"] == training.METRICS_LABELS
+    assert "labels" not in replicated["template"]["spec"]["template"]["metadata"]
 
 
 def test_a_smaller_gang_can_start_first():
