@@ -27,11 +27,11 @@ platform = Platform("ai-storage", PlatformArgs(settings, itself.outputs), pulumi
 pulumi.export("storageClasses", platform.storage_classes)
 pulumi.export("objectStoreEndpoint", platform.object_store.endpoint)
 pulumi.export("objectStoreBucket", platform.object_store.bucket)
-# What a team project needs for offsite checkpoint copies (the keys are secret outputs, encrypted in the state).
+# Where the data lives; no key is an output: teams get theirs in their namespaces (components/tenants.py).
 pulumi.export("objectStoreStorage", platform.object_store.storage_type)
 pulumi.export("objectStoreBucketUrl", platform.object_store.bucket_url)
-pulumi.export("objectStoreAccessKey", pulumi.Output.secret(platform.object_store.access_key))
-pulumi.export("objectStoreSecretKey", pulumi.Output.secret(platform.object_store.secret_key))
+if platform.teams is not None:
+    pulumi.export("teamNamespaces", platform.teams.namespaces)
 if platform.metadata is not None:
     pulumi.export("metadataEngine", platform.metadata.engine)
     pulumi.export("metadataService", platform.metadata.host)

@@ -135,7 +135,8 @@ def sync_container(
         versions.JUICEFS_IMAGE,
         resources,
         command=["/bin/sh", "-c", target.apply(lambda t: script(t[1]))],
-        env=[{"name": "HOME", "value": "/tmp"}, {"name": "DESTINATION", "value": target.apply(lambda t: t[0])}, *env],
+        # ``env`` first: the destination may refer to its variables as $(NAME).
+        env=[{"name": "HOME", "value": "/tmp"}, *env, {"name": "DESTINATION", "value": target.apply(lambda t: t[0])}],
         volumeMounts=[*mounts, kube.TMP_MOUNT],
     )
 

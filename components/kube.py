@@ -51,8 +51,11 @@ def labels(app: str, component: str) -> dict[str, str]:
     }
 
 
-def namespace(name: str, ns: str, level: PodSecurity, parent: pulumi.Resource) -> k8s.core.v1.Namespace:
-    """A namespace with Pod Security Standard labels: ``enforce`` at ``level``, audit and warn at restricted."""
+def namespace(
+    name: str, ns: str, level: PodSecurity, parent: pulumi.Resource, extra_labels: Mapping[str, str] | None = None
+) -> k8s.core.v1.Namespace:
+    """A namespace with Pod Security Standard labels: ``enforce`` at ``level``, audit and warn at restricted (and
+    ``extra_labels``)."""
     return k8s.core.v1.Namespace(
         name,
         metadata={
@@ -62,6 +65,7 @@ def namespace(name: str, ns: str, level: PodSecurity, parent: pulumi.Resource) -
                 "pod-security.kubernetes.io/audit": "restricted",
                 "pod-security.kubernetes.io/warn": "restricted",
                 "app.kubernetes.io/part-of": "ai-storage-platform",
+                **(extra_labels or {}),
             },
         },
         opts=pulumi.ResourceOptions(parent=parent),

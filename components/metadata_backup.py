@@ -12,7 +12,7 @@ from pydantic import Field
 
 from . import kube
 from .bucket import object_url, sync_container
-from .section import Resources, Section
+from .section import Cron, Resources, Section
 
 
 class BackupSettings(Section):
@@ -20,7 +20,7 @@ class BackupSettings(Section):
 
     enabled: bool = True
     """Run the metadata backup CronJob."""
-    schedule: str = Field("17 */6 * * *", pattern=r"^(\S+\s+){4}\S+$")
+    schedule: Cron = "17 */6 * * *"
     """Cron schedule of the backup (five fields, cluster time zone)."""
     retention_days: int = Field(14, ge=1, le=3650)
     """Days a backup is kept; the bucket expires older ones under `meta-backups/`."""

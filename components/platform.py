@@ -23,6 +23,7 @@ from .quotas import claim_class_policy
 from .rook_ceph import RookCeph, RookCephArgs
 from .settings import PlatformSettings
 from .storage_tiers import TIERS, StorageTiers, StorageTiersArgs, TierBackend, class_name
+from .tenants import Teams, TeamsArgs
 from .training import Training, TrainingArgs
 from .volcano import Volcano, VolcanoArgs
 
@@ -61,6 +62,8 @@ class Platform(pulumi.ComponentResource):
     """The Volcano scheduler (when enabled)."""
     fluid: Fluid | None
     """Fluid dataset caching (when enabled)."""
+    teams: Teams | None
+    """The team namespaces the platform vends (when `teams.workspaces` lists any)."""
 
     def __init__(self, name: str, args: PlatformArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ai-storage:platform:Platform", name, None, opts)
@@ -84,6 +87,7 @@ class Platform(pulumi.ComponentResource):
         self.object_store = ObjectStore(f"{name}-object-store", store_args, child)
         self.metadata = None
         self._volume: JuiceFSSource | None = None
+        juicefs = None
         if s.juicefs.enabled:
             previous = pulumi.Output.from_input(args.previous_outputs).apply(lambda o: previous_engine(o or {}))
             exporter = m.exporter_resources if m.enabled else None
@@ -105,13 +109,26 @@ class Platform(pulumi.ComponentResource):
             if s.juicefs.metadata_backup.enabled:
                 account = (s.juicefs.namespace, BACKUP_ACCOUNT)
                 backup = store.scoped_access("metadata-backup", BACKUP_PREFIX, account)
-            juicefs = JuiceFSArgs(s.juicefs, self._volume, backup)
-            backends["juicefs"] = JuiceFS(f"{name}-juicefs", juicefs, child)
+            juicefs = JuiceFS(f"{name}-juicefs", JuiceFSArgs(s.juicefs, self._volume, backup), child)
+            backends["juicefs"] = juicefs
         tiers = StorageTiers(f"{name}-tiers", StorageTiersArgs(s.tiers, backends), child)
         self.storage_classes = tiers.classes
         if s.acceptance.enabled:
             StorageAcceptance(f"{name}-acceptance", StorageAcceptanceArgs(s.acceptance, tiers.classes), child)
         self._scheduling(name, s, tiers)
+        self.teams = None
+        if s.teams.workspaces:
+            teams = TeamsArgs(
+                s.teams,
+                s.tiers.name_prefix,
+                self.object_store,
+                juicefs,
+                self.volcano.release if self.volcano else None,
+                self.fluid,
+                s.fluid.datasets if s.fluid.enabled else (),
+                protect,
+            )
+            self.teams = Teams(f"{name}-teams", teams, child)
         if m.enabled:
             self._monitoring(name, s)
         self._walls(name, s)

@@ -66,12 +66,56 @@ def _regex(value: str) -> str:
     return value
 
 
+_CRON_FIELDS = (
+    (0, 59, ()),
+    (0, 23, ()),
+    (1, 31, ()),
+    (1, 12, ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")),
+    (0, 6, ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")),
+)
+"""Range and names of each field of a five-field cron schedule, as Kubernetes parses it (robfig/cron)."""
+
+
+def _cron_value(text: str, low: int, names: tuple[str, ...]) -> int:
+    """A number, or a name (``JAN``, ``MON``) counted from ``low``; -1 when it is neither."""
+    if text.isdigit():
+        return int(text)
+    return low + names.index(text.upper()) if text.upper() in names else -1
+
+
+def _cron_field(text: str, low: int, high: int, names: tuple[str, ...]) -> bool:
+    """One field: comma-separated items, each ``*``/``?``, a value or a range ``a-b``, with an optional ``/step``."""
+    for item in text.split(","):
+        span, slash, step = item.partition("/")
+        if slash and not (step.isdigit() and int(step) > 0):
+            return False
+        if span in ("*", "?"):
+            continue
+        ends = [_cron_value(v, low, names) for v in span.split("-")]
+        if len(ends) > 2 or not all(low <= v <= high for v in ends) or ends != sorted(ends):
+            return False
+    return True
+
+
+def _cron(value: str) -> str:
+    fields = value.split()
+    if len(fields) != 5 or not all(_cron_field(f, *spec) for f, spec in zip(fields, _CRON_FIELDS, strict=True)):
+        raise PydanticCustomError(
+            "cron",
+            "expected a cron schedule of five fields (minute 0-59, hour 0-23, day of month 1-31, month 1-12 or "
+            "JAN-DEC, day of week 0-6 or SUN-SAT), each *, a value, a range a-b or a list, with an optional /step",
+        )
+    return value
+
+
 Quantity = Annotated[str, AfterValidator(_quantity)]
 """A Kubernetes resource quantity, e.g. ``10Gi`` or ``500m``."""
 DnsLabel = Annotated[str, AfterValidator(_dns_label)]
 """A Kubernetes name that must be a DNS label (namespaces, services, queues)."""
 Regex = Annotated[str, AfterValidator(_regex)]
 """A regular expression (Python syntax)."""
+Cron = Annotated[str, AfterValidator(_cron)]
+"""A five-field cron schedule that Kubernetes accepts for a CronJob."""
 
 
 class Resources(Section):

@@ -28,10 +28,10 @@ from .monitoring import MonitoringSettings
 from .network_policies import NetworkPolicySettings
 from .object_store import ObjectStoreSettings
 from .plan_diff import ResourceRef
-from .quotas import QuotaSettings
 from .rook_ceph import RookCephSettings
 from .section import Problem, Section, SettingsError, validate
 from .storage_tiers import TIERS, TiersSettings
+from .tenants import TeamsSettings, team_problems
 from .training import TrainingSettings
 from .volcano import VolcanoSettings
 
@@ -72,13 +72,6 @@ class ClusterSettings(Section):
         return []
 
 
-class TeamDefaults(Section):
-    """What every team workspace on this environment starts from (`load_team_settings` with `environment`)."""
-
-    quota: QuotaSettings = QuotaSettings()
-    """Default storage quotas per tier and container defaults of a team's namespace."""
-
-
 class CheckpointSettings(CheckpointProtection):
     """Protection of the platform's checkpoint claim, and how long offsite copies stay in the bucket."""
 
@@ -115,8 +108,8 @@ class PlatformSettings(Section):
     """Fluid dataset caching."""
     checkpoints: CheckpointSettings = CheckpointSettings()
     """Snapshots and offsite copies of the platform's checkpoint claim."""
-    teams: TeamDefaults = TeamDefaults()
-    """Defaults of the team workspaces on this environment."""
+    teams: TeamsSettings = TeamsSettings()
+    """The team namespaces the platform vends, and their defaults."""
     monitoring: MonitoringSettings = MonitoringSettings()
     """Prometheus Operator scrape objects, alert rules and Grafana dashboards."""
     network_policies: NetworkPolicySettings = NetworkPolicySettings()
@@ -134,6 +127,12 @@ class PlatformSettings(Section):
             *self._storage_problems(),
             *self._scheduling_problems(),
             *self._namespace_problems(),
+            *team_problems(
+                self.teams,
+                [q.name for q in self.volcano.queues],
+                self.juicefs.enabled and self.tiers.cold != "none",
+                self.fluid.datasets if self.fluid.enabled else None,
+            ),
         ]
 
     def _tier_problems(self) -> list[Problem]:
@@ -288,7 +287,8 @@ class PlatformSettings(Section):
             owned["localNvme"] = self.local_nvme.namespace
             if self.local_nvme.pod_mutating_webhook:
                 owned["localNvme.certManager"] = self.local_nvme.cert_manager_namespace
-        return {**owned, **self.scheduling_namespaces()}
+        teams = {f"teams.workspaces[{i}]": t.namespace_name for i, t in enumerate(self.teams.workspaces)}
+        return {**owned, **self.scheduling_namespaces(), **teams}
 
 
 def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

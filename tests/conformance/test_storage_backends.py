@@ -12,6 +12,7 @@ from components import versions
 from tests.conformance.test_rendered_stacks import FREE_FORM, kubernetes_version
 from tests.conformance.upstream import validate_custom_resource, validate_object, values_path_errors
 from tests.conftest import objects
+from tests.unit.test_platform import S3_OIDC
 
 PINS = {pin.chart: pin for pin in vars(versions).values() if isinstance(pin, versions.ChartPin)}
 VARIANTS = {
@@ -77,10 +78,9 @@ def test_no_rook_cluster_spec_ever_uses_all_devices(render_stack):
             assert cluster["spec"]["storage"]["useAllDevices"] is False
 
 
-OIDC = "arn:aws:iam::123456789012:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/ABC"
 ACCESS_VARIANTS = {
     "ceph-rgw": {"objectStore": {"backend": "ceph-rgw"}},
-    "s3-with-oidc": {"objectStore": {"backend": "s3", "s3": {"oidcProviderArn": OIDC}}, "fluid": {"datasets": []}},
+    "s3-with-oidc": S3_OIDC,
 }
 
 

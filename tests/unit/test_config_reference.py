@@ -37,6 +37,7 @@ VALIDATORS = {
     section._quantity: ("ten gigs", "expected a Kubernetes quantity"),
     section._dns_label: ("Not_A_Label", "expected a DNS label"),
     section._regex: ("(unclosed", "expected a regular expression"),
+    section._cron: ("every 4 hours", "expected a cron schedule"),
     plan_diff._resource_ref: ("redis", "expected a resource as the diff names it"),
     s3._service_account: ("juicefs-csi", "expected `namespace:name` of a ServiceAccount"),
 }
@@ -136,6 +137,8 @@ def constraint_values(kind: type, m: Any, path: Path) -> Iterator[tuple[Path, ob
         yield path, m.lt, f"expected a number < {bound(m.lt)}"
     elif isinstance(m, at.MinLen):
         yield path, [], f"at least {m.min_length} item"
+    elif isinstance(m, at.MaxLen) and kind is str:
+        yield path, "a" * (m.max_length + 1), f"at most {m.max_length} characters"
     elif getattr(m, "pattern", None):
         refused = next(text for text in NOT_MATCHING if not re.search(m.pattern, text))
         yield path, refused, "expected text matching"
@@ -205,10 +208,18 @@ PINNED = [
     # (loader, key, bad value, expectation): constraints that guard data, so that removing one fails here.
     ("platform", "checkpoints.snapshots.keep", 0, ">= 1"),
     ("platform", "checkpoints.snapshots.keep", 101, "<= 100"),
-    ("platform", "checkpoints.snapshots.schedule", "every 4 hours", "expected text matching"),
-    ("platform", "checkpoints.offsite.schedule", "*/30 * * *", "expected text matching"),
+    ("platform", "checkpoints.snapshots.schedule", "every 4 hours", "expected a cron schedule"),
+    ("platform", "checkpoints.snapshots.schedule", "0 */4 * * * *", "expected a cron schedule"),
+    ("platform", "checkpoints.offsite.schedule", "*/30 * * *", "expected a cron schedule"),
+    ("platform", "checkpoints.offsite.schedule", "60 * * * *", "expected a cron schedule"),
+    ("platform", "checkpoints.offsite.schedule", "*/0 * * * *", "expected a cron schedule"),
+    ("platform", "juicefs.metadataBackup.schedule", "0 24 * * *", "expected a cron schedule"),
+    ("platform", "juicefs.metadataBackup.schedule", "0 0 0 * *", "expected a cron schedule"),
+    ("platform", "juicefs.metadataBackup.schedule", "0 0 * 13 *", "expected a cron schedule"),
+    ("platform", "juicefs.metadataBackup.schedule", "0 0 * * 7", "expected a cron schedule"),
+    ("platform", "juicefs.metadataBackup.schedule", "0 0 * * FRI-MON", "expected a cron schedule"),
     ("platform", "checkpoints.offsiteRetentionDays", 0, ">= 1"),
-    ("platform", "juicefs.metadataBackup.schedule", "@daily", "expected text matching"),
+    ("platform", "juicefs.metadataBackup.schedule", "@daily", "expected a cron schedule"),
     ("platform", "juicefs.metadataBackup.retentionDays", 0, ">= 1"),
     ("platform", "juicefs.cache.fuseReadAheadKib", -1, ">= 0"),
     ("platform", "juicefs.cache.fuseReadAheadKib", 262145, "<= 262144"),
@@ -220,7 +231,7 @@ PINNED = [
     ("platform", "monitoring.rules.thresholds.checkpointSaveFailurePercent.critical", 101, "<= 100"),
     ("platform", "monitoring.rules.thresholds.checkpointSaveSeconds.warning", -1, ">= 0"),
     ("team", "checkpoint.snapshots.keep", 0, ">= 1"),
-    ("team", "checkpoint.offsite.schedule", "hourly", "expected text matching"),
+    ("team", "checkpoint.offsite.schedule", "hourly", "expected a cron schedule"),
 ]
 
 
@@ -230,6 +241,14 @@ def test_a_pinned_bad_value_is_refused(loader, key, value, expected):
     levels = {"warning": 90, "critical": 95} if last in ("warning", "critical") else {}
     data = nested(tuple(heads), {**levels, last: value})
     assert any(expected in line and "Hint:" in line for line in refusal(loader, data, key))
+
+
+@pytest.mark.parametrize(
+    "schedule", ["0 */4 * * *", "*/30 * * * *", "17 */6 * * *", "0 2 * * MON-FRI", "5,35 0-6/2 1-15 jan,Jul ?"]
+)
+def test_a_cron_schedule_kubernetes_accepts_is_accepted(schedule):
+    settings = load_settings("dev", {"checkpoints": {"snapshots": {"schedule": schedule}}})
+    assert settings.checkpoints.snapshots.schedule == schedule
 
 
 def problem_sections() -> set[str]:
@@ -283,7 +302,13 @@ CROSS_FIELD: list[tuple[str, str, dict[str, Any], str, str]] = [
         "fluid.datasets[1].name",
         "unique in its namespace",
     ),
-    ("CacheLevel", "team", {"dataset.fluid.cache": [CACHE_LEVEL]}, "dataset.fluid.cache[0].low", "below high"),
+    (
+        "CacheLevel",
+        "platform",
+        {"fluid.enabled": True, "fluid.datasets": [{"name": "a", "cache": [CACHE_LEVEL]}]},
+        "fluid.datasets[0].cache[0].low",
+        "below high",
+    ),
     (
         "DatasetSettings",
         "platform",
@@ -300,10 +325,24 @@ CROSS_FIELD: list[tuple[str, str, dict[str, Any], str, str]] = [
     ),
     (
         "ContainerDefaults",
-        "team",
-        {"quota.containerDefaults": {"memoryRequest": "1Gi", "memoryLimit": "512Mi"}},
-        "quota.containerDefaults.memoryLimit",
+        "platform",
+        {"teams.quota.containerDefaults": {"memoryRequest": "1Gi", "memoryLimit": "512Mi"}},
+        "teams.quota.containerDefaults.memoryLimit",
         "expected at least memoryRequest",
+    ),
+    (
+        "TeamNamespace",
+        "platform",
+        {"teams.workspaces": [{"name": "a", "datasets": ["x", "x"]}]},
+        "teams.workspaces[0].datasets",
+        "expected each dataset once",
+    ),
+    (
+        "PlatformSettings",
+        "platform",
+        {"teams.workspaces": [{"name": "team-a"}]},
+        "teams.workspaces[0].name",
+        "expected a name no other Queue has",
     ),
     ("JobSettings", "team", {"job.kind": "volcano"}, "job.image", "expected an image with kind: volcano"),
     (
@@ -345,11 +384,10 @@ CROSS_FIELD: list[tuple[str, str, dict[str, Any], str, str]] = [
     (
         "TeamSettings",
         "team",
-        {"dataset.source": "fluid"},
-        "workspace.podSecurity",
-        "expected privileged with dataset.source: fluid",
+        {"dataset.name": "ckpt", "checkpoint.claim": "ckpt"},
+        "checkpoint.claim",
+        "expected a claim name other than dataset.name",
     ),
-    ("TeamSettings", "team", {"environment": "qa"}, "environment", "expected one of"),
     (
         "TrainingSettings",
         "platform",

@@ -138,6 +138,7 @@ def test_juicefs_dataset_without_juicefs_is_a_config_error_with_the_key():
                 "juicefs": {"enabled": False},
                 "tiers": {"cold": "none", "checkpoint": "none"},
                 "training": {"enabled": False},
+                "teams": {"workspaces": []},  # their directories are on JuiceFS too (test_tenants)
             },
         )
     message = str(err.value)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from components.jobs import JobSettings, volcano_job_spec
 from components.monitoring import CRDS, Monitoring, MonitoringArgs, MonitoringSettings
 from tests.conformance.upstream import validate_object
 from tests.conftest import by_name, objects
@@ -89,3 +90,19 @@ def test_dashboards_are_labelled_for_the_grafana_sidecar(build):
         "AI storage / metadata and object store",
         "AI storage / training jobs and data protection",
     }
+
+
+def test_the_training_podmonitor_selects_the_runtimes_pods_and_a_team_volcano_jobs_pods_on_their_port(
+    render_stack,
+):
+    runtime = {"name": "torch", "queue": "team-a", "datasetClaim": "imagenet-mini"}
+    result, _ = render_stack("dev", volcano={"queues": [{"name": "team-a"}]}, training={"runtimes": [runtime]})
+    spec = by_name(result, "PodMonitor", "training-jobs")["spec"]
+    runtime_spec = by_name(result, "ClusterTrainingRuntime", "torch")["spec"]
+    runtime_pod = runtime_spec["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    volcano_pod = volcano_job_spec(JobSettings(kind="volcano", image="trainer:1"), "q", 10001, "d", "c")["tasks"][0]
+    for pod in (runtime_pod, volcano_pod["template"]):
+        assert spec["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+        ports = [p["name"] for c in pod["spec"]["containers"] for p in c.get("ports", [])]
+        assert [e["port"] for e in spec["podMetricsEndpoints"]] == ports
+    assert spec["namespaceSelector"] == {"any": True}  # team namespaces are not known here

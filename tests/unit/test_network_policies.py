@@ -21,7 +21,7 @@ PORTS = {"redis": 6379, "sentinel": 26379, "exporter": 9121, "s3": 9000, "consol
 """Every port a metadata engine or MinIO pod serves."""
 CACHE = [{"medium": "MEM", "path": "/dev/shm", "quota": "2Gi"}]
 SPLIT_DATASETS = [
-    {"name": "imagenet-mini", "namespace": "vision", "path": "/datasets/imagenet-mini", "cache": CACHE},
+    {"name": "imagenet-mini", "namespace": "vision-cache", "path": "/datasets/imagenet-mini", "cache": CACHE},
     {"name": "coco", "namespace": "vision-raw", "runtime": "alluxio", "path": "/datasets/coco", "cache": CACHE},
 ]
 """A JuiceFS-runtime dataset and an Alluxio one, each in a namespace of its own, none where training runs."""
@@ -132,8 +132,10 @@ def test_every_rendered_object_that_names_minio_runs_where_minio_admits_it(rende
     assert {o["kind"] for o in users} >= {"Job", "CronJob", "Dataset"}
     policies = objects(result, "NetworkPolicy")
     (minio, *_) = targets(result, s)["minio"]
+    labels = {o["metadata"]["name"]: o["metadata"].get("labels", {}) for o in objects(result, "Namespace")}
     for user in users:
-        assert allowed(policies, Pod(user["metadata"]["namespace"]), minio, PORTS["s3"]), user["metadata"]
+        ns = user["metadata"]["namespace"]
+        assert allowed(policies, Pod(ns, namespace_labels=labels.get(ns, {})), minio, PORTS["s3"]), user["metadata"]
 
 
 def test_team_namespaces_reach_minio_but_never_redis_or_sentinel():

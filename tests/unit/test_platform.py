@@ -5,17 +5,24 @@ from __future__ import annotations
 
 import json
 
+import yaml
+
 from components.bucket import ROLE_ANNOTATION, prefix_policy
 from components.juicefs import CHART_ACCOUNTS, MOUNT_ACCOUNT_PARAMETER
+from components.render import ROOT
 from tests.conftest import by_name, objects
 
 OIDC = "arn:aws:iam::123456789012:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/ABC"
 ISSUER = "oidc.eks.us-east-1.amazonaws.com/id/ABC"
-# Fluid's runtimes take no ServiceAccount: a stack with IAM roles has no Fluid datasets (a settings rule).
+# Fluid's runtimes take no ServiceAccount: a stack with IAM roles has no Fluid datasets (a settings rule), so
+# the dev teams read none either.
+DEV_TEAMS = yaml.safe_load((ROOT / "stacks" / "dev.yaml").read_text())["teams"]["workspaces"]
 S3_OIDC = {
     "objectStore": {"backend": "s3", "bucket": "ai-data-x", "s3": {"oidcProviderArn": OIDC}},
     "fluid": {"datasets": []},
+    "teams": {"workspaces": [{k: v for k, v in t.items() if k != "fluidDatasets"} for t in DEV_TEAMS]},
 }
+TEAM_PREFIXES = {f"checkpoints/{t['name']}/" for t in DEV_TEAMS}
 
 
 def _roles(monitor) -> dict[str, dict]:
@@ -85,6 +92,12 @@ def test_with_oidc_every_bucket_workload_runs_as_an_account_with_its_own_role(re
         volume = roles[_account_role(result, "juicefs-csi", account)]
         assert f"system:serviceaccount:juicefs-csi:{account}" in volume["subjects"]
         assert volume["policy"] == prefix_policy("ai-data-x", "ai-datasets/")
+    # So do the static volumes vended to teams (their mount pods take the account from the volume's attributes).
+    volumes = [v for v in objects(result, "PersistentVolume") if v["spec"]["csi"]["driver"] == "csi.juicefs.com"]
+    assert volumes
+    for pv in volumes:
+        account = pv["spec"]["csi"]["volumeAttributes"][MOUNT_ACCOUNT_PARAMETER]
+        assert "juicefs-csi:" + account in {s.split("serviceaccount:", 1)[1] for s in volume["subjects"]}
     # ... and so do the CSI controller and node (the controller mounts the volume to make a claim's directory).
     chart = next(c for c in result.charts if c["chart"] == "juicefs-csi-driver")
     for part, account in CHART_ACCOUNTS.items():
@@ -106,7 +119,8 @@ def test_with_keys_each_workload_gets_keys_of_its_own_prefix(render_stack):
         if r.type == "aws:iam/userPolicy:UserPolicy"
     }
     prefixes = {json.loads(p)["Statement"][0]["Resource"].split("ai-data-x/", 1)[1] for p in policies.values()}
-    assert prefixes == {"ai-datasets/*", "meta-backups/*", "checkpoints/training/*"}
+    teams = {f"{p}*" for p in TEAM_PREFIXES}
+    assert prefixes == {"ai-datasets/*", "meta-backups/*", "checkpoints/training/*", *teams}
     cron = by_name(result, "CronJob", "juicefs-metadata-backup")
     pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     volumes = {v["name"]: v for v in pod["volumes"]}

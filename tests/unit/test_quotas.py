@@ -1,5 +1,5 @@
-"""Quotas: per-tier storage quotas and container defaults of a team's namespace, checked at settings time, and
-the admission policy that refuses claims no tier's quota counts."""
+"""Quotas: per-tier storage quotas and container defaults of a vended team namespace, checked at settings time,
+and the admission policy that refuses claims no tier's quota counts."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from components import render
 from components.quotas import TEAM_LABEL, ContainerDefaults, QuotaSettings, TierQuota, limit_range_spec, quota_spec
 from components.section import SettingsError
 from components.settings import load_settings
-from components.team import load_team_settings
 from tests.conftest import STACKS, objects
 from tests.kube_semantics import admit_container, default_storage_class, selects
 
@@ -58,45 +57,50 @@ def test_a_default_memory_limit_applies_and_refuses_bigger_requests_as_kubernete
     assert errors and "must be less than or equal to memory limit" in errors[0]
 
 
+def vended(**team: object) -> dict:
+    """Platform config with one vended team (over the dev profile's teams)."""
+    return {"teams": {"workspaces": [{"name": "nlp", **team}]}}
+
+
 @pytest.mark.parametrize(
-    ("config", "key", "expected"),
+    ("team", "key", "expected"),
     [
-        ({"dataset": {"size": "3Ti"}, "quota": {"tiers": {"cold": {"storage": "2Ti"}}}}, "dataset.size", "at most 2Ti"),
-        (
-            {"checkpoint": {"size": "1Ti"}, "quota": {"tiers": {"checkpoint": {"claims": 0}}}},
-            "checkpoint.size",
-            "at most 0",
-        ),
-        ({"environment": "dev", "checkpoint": {"size": "2Ti"}}, "checkpoint.size", "at most 1Ti"),
+        ({"space": "3Ti"}, "space", "at most 2Ti"),  # dev's teams.quota: 2Ti cold
+        ({"space": "1Ti", "quota": {"tiers": {"cold": {"storage": "500Gi"}}}}, "space", "at most 500Gi"),
+        ({"datasets": ["a", "b"], "quota": {"tiers": {"cold": {"claims": 1}}}}, "datasets[0]", "at most 1 claim"),
     ],
 )
-def test_a_workspace_whose_own_claims_exceed_its_quota_is_refused(config, key, expected):
+def test_a_team_whose_vended_claims_exceed_its_quota_is_refused(team, key, expected):
     with pytest.raises(SettingsError) as caught:
-        load_team_settings(config)
+        load_settings("dev", vended(**team))
     message = str(caught.value)
-    assert f"{key}:" in message and expected in message and "Hint: raise quota.tiers." in message
+    assert f"teams.workspaces[0].{key}:" in message and expected in message and "Hint: raise quota.tiers." in message
 
 
-def test_a_fluid_dataset_is_not_counted_as_a_cold_tier_claim():
-    config = {"dataset": {"source": "fluid", "size": "3Ti"}, "workspace": {"podSecurity": "privileged"}}
-    assert load_team_settings({**config, "quota": {"tiers": {"cold": {"storage": "1Ti"}}}})
+def test_a_fluid_reference_dataset_is_not_counted_as_a_cold_tier_claim():
+    team = {"fluidDatasets": ["imagenet-mini"], "quota": {"tiers": {"cold": {"claims": 0}}}}
+    assert load_settings("dev", vended(**team)).teams.workspaces[0].fluid_datasets == ["imagenet-mini"]
 
 
-def test_the_environment_profile_gives_the_defaults_and_the_team_overrides_them():
-    dev = load_team_settings({"environment": "dev"})
-    assert dev.quota.tiers["cold"].storage == "2Ti"  # stacks/dev.yaml teams.quota
-    assert load_team_settings({}).quota.tiers["cold"].storage == QuotaSettings().tiers["cold"].storage
-    mine = load_team_settings({"environment": "dev", "quota": {"tiers": {"cold": {"storage": "3Ti"}}}})
-    assert mine.quota.tiers["cold"].storage == "3Ti" and mine.quota.tiers["hot"].storage == "500Gi"
+def test_the_profile_gives_the_defaults_and_each_team_overrides_them_key_by_key():
+    (vision, _) = load_settings("dev", {}).teams.workspaces
+    assert vision.quota.tiers["cold"].storage == "2Ti"  # stacks/dev.yaml teams.quota
+    mine = load_settings("dev", vended(quota={"tiers": {"cold": {"storage": "3Ti"}}})).teams.workspaces[0]
+    assert mine.quota.tiers["cold"] == TierQuota(storage="3Ti", claims=8)  # claims from teams.quota
+    assert mine.quota.tiers["hot"].storage == "500Gi"
+    # Without a profile's teams.quota, the code defaults are the base: a team's override keeps the other tiers.
+    prod = load_settings("prod", vended(quota={"tiers": {"cold": {"storage": "1Ti"}}})).teams.workspaces[0]
+    assert prod.quota.tiers["cold"] == TierQuota(storage="1Ti", claims=QuotaSettings().tiers["cold"].claims)
+    assert prod.quota.tiers["hot"] == QuotaSettings().tiers["hot"]
 
 
 @pytest.mark.parametrize(
-    ("config", "key", "expected"),
+    ("team", "key", "expected"),
     [
         ({"quota": {"tiers": {"archive": {}}}}, "quota.tiers.archive", "expected"),
         ({"quota": {"tiers": {"cold": {"storage": "lots"}}}}, "quota.tiers.cold.storage", "Kubernetes quantity"),
         ({"quota": {"tiers": {"cold": {"claims": -1}}}}, "quota.tiers.cold.claims", ">= 0"),
-        ({"environment": "qa"}, "profile", "expected one of"),
+        ({"quota": "small"}, "quota", "expected a mapping"),
         (
             {"quota": {"containerDefaults": {"memoryRequest": "2Gi", "memoryLimit": "1Gi"}}},
             "quota.containerDefaults.memoryLimit",
@@ -105,11 +109,11 @@ def test_the_environment_profile_gives_the_defaults_and_the_team_overrides_them(
         ({"quota": {"containerDefaults": {"memoryLimit": "lots"}}}, "quota.containerDefaults.memoryLimit", "quantity"),
     ],
 )
-def test_bad_quota_settings_are_rejected_with_key_and_hint(config, key, expected):
+def test_bad_quota_settings_are_rejected_with_key_and_hint(team, key, expected):
     with pytest.raises(SettingsError) as caught:
-        load_team_settings(config)
+        load_settings("dev", vended(**team))
     message = str(caught.value)
-    assert f"{key}" in message and expected in message and "Hint:" in message
+    assert f"teams.workspaces[0].{key}" in message and expected in message and "Hint:" in message
 
 
 # ---------------------------------------------------------------- claims outside the tiers
