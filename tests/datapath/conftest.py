@@ -64,8 +64,8 @@ def generated_scopes(stack: str = "dev") -> dict:
     and as the AWS S3 users carry it (the same stack with ``objectStore.backend: s3``), and the metadata backup
     CronJob's script and literal environment.
 
-    Returns ``{"minio": {prefix: policy}, "s3": {prefix: policy}, "backup_script": str,
-    "backup_env": dict[str, str]}``.
+    Returns ``{"minio": {prefix: policy}, "s3": {prefix: policy}, "team_urls": {namespace: offsite URL},
+    "backup_script": str, "backup_env": dict[str, str]}`` (a vended team's offsite copies go to its URL).
     """
     import tempfile
 
@@ -89,11 +89,17 @@ def generated_scopes(stack: str = "dev") -> dict:
         st["name"]: st["tags"][PREFIX_ANNOTATION] for st in s3.values() if PREFIX_ANNOTATION in st.get("tags", {})
     }
     s3_policies = {prefixes[st["user"]]: st["policy"] for st in s3.values() if "policy" in st and "user" in st}
+    team_urls = {
+        st["metadata"]["namespace"]: st["data"]["url"]
+        for st in minio.values()
+        if st.get("kind") == "ConfigMap" and st["metadata"].get("name") == "offsite-target"
+    }
     backup = minio["ai-storage-juicefs-metadata-backup"]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     dump = backup["containers"][0]
     return {
         "minio": minio_policies,
         "s3": s3_policies,
+        "team_urls": team_urls,
         "backup_script": dump["command"][-1],
         "backup_env": {e["name"]: e["value"] for e in dump["env"]},
     }

@@ -5,8 +5,9 @@ platform's scopes becomes an IAM user there with the policy document the platfor
 offline renders: the MinIO scope Jobs' documents, and the AWS S3 users' documents of the same stack on S3),
 and the real programs run with that user's keys exactly as the platform runs them: ``juicefs format`` and
 ``juicefs mount`` with the JuiceFS volume's keys, the generated metadata backup script with the backup's
-keys, the generated offsite copy script (``juicefs sync``) with a team's keys. Every key works under its
-prefix and gets AccessDenied on the others' data.
+keys, the generated offsite copy script (``juicefs sync``) with the platform's training keys and with a vended
+team's keys to the URL the platform delivers to that team. Every key works under its prefix and gets
+AccessDenied on the others' data (another team's, written with that team's own keys).
 
 What moto does not enforce: ``Condition`` keys (measured with moto 5.2.5: a ListBucket with any ``s3:prefix``
 is allowed). So listing another prefix is NOT refused here; the generated ListBucket statement carries the
@@ -28,9 +29,11 @@ import pytest
 from botocore.exceptions import ClientError
 from conftest import generated_scopes
 
-VOLUME_PREFIX, BACKUP_PREFIX, TEAM_PREFIX = "ai-datasets/", "meta-backups/", "checkpoints/training/"
-OTHER_TEAM = "checkpoints/other-team/"
-SCOPES = (VOLUME_PREFIX, BACKUP_PREFIX, TEAM_PREFIX)
+VOLUME_PREFIX, BACKUP_PREFIX, TRAINING_PREFIX = "ai-datasets/", "meta-backups/", "checkpoints/training/"
+TEAM, OTHER = "vision", "speech"
+"""Two teams the dev stack vends."""
+TEAM_PREFIX, OTHER_TEAM = f"checkpoints/{TEAM}/", f"checkpoints/{OTHER}/"
+SCOPES = (VOLUME_PREFIX, BACKUP_PREFIX, TRAINING_PREFIX, TEAM_PREFIX, OTHER_TEAM)
 UNCHECKED = 1 + 3 * (1 + len(SCOPES))
 """Requests moto lets through before it enforces IAM: the bucket, the admin (user, policy, key) and each
 scope's (user, policy, key), in this order."""
@@ -120,12 +123,13 @@ def test_each_key_reaches_its_own_prefix_and_is_denied_elsewhere(backend, scopes
             return Keys(s3.endpoint, iam.create_access_key(UserName=name)["AccessKey"])
 
         admin = user("admin", ADMIN_POLICY)
-        volume, backup, team = (user(f"scope-{i}", policies[p]) for i, p in enumerate(SCOPES))
+        volume, backup, training, team, other = (user(f"scope-{i}", policies[p]) for i, p in enumerate(SCOPES))
         # IAM is enforced from here on: a key moto never issued is refused, and the admin can seed data.
         stranger = Keys(s3.endpoint, {"AccessKeyId": "AKIASTRANGER0000000", "SecretAccessKey": "x" * 40})
         with pytest.raises(ClientError, match="InvalidAccessKeyId"):
             stranger.s3.list_objects_v2(Bucket=bucket)
-        admin.s3.put_object(Bucket=bucket, Key=f"{OTHER_TEAM}claim/step-00000001/shard", Body=b"theirs")
+        # The other team writes under its own prefix with its own keys.
+        other.s3.put_object(Bucket=bucket, Key=f"{OTHER_TEAM}claim/step-00000001/shard", Body=b"theirs")
 
         # The JuiceFS volume's keys: `juicefs format` and a mount with the generated Secret, then a write.
         secret = harness.rewrite_volume_secret(
@@ -177,38 +181,43 @@ def test_each_key_reaches_its_own_prefix_and_is_denied_elsewhere(backend, scopes
         dumps = [o["Key"] for o in admin.s3.list_objects_v2(Bucket=bucket, Prefix=BACKUP_PREFIX)["Contents"]]
         assert len(dumps) == 1, dumps
 
-        # A team's keys: the generated offsite copy writes and reads back under the team's prefix.
+        # The generated offsite copy writes and reads back under the keys' own prefix: the platform's training
+        # claim with its keys, and a vended team's checkpoints (to the URL the platform delivers to the team).
         root = tmp_path / "checkpoints"
         done = checkpoint.write_checkpoint(root, 10, [os.urandom(1024 * 1024) for _ in range(2)])
-        team_dir = tmp_path / "team-keys"
-        team_dir.mkdir()
-        (team_dir / "access-key").write_text(team.access_key)
-        (team_dir / "secret-key").write_text(team.secret_key)
-        offsite = harness.replace_hostport(generated["offsite_env"]["DESTINATION"], f"{harness.LOOPBACK}:{s3.port}")
-        assert f"/{bucket}/{TEAM_PREFIX}" in offsite
 
-        def copy_offsite(to: str) -> subprocess.CompletedProcess:
-            env = {"CHECKPOINTS": f"{root}/", "DESTINATION": to, "SECRETS": str(team_dir)}
+        def copy_offsite(keys: Keys, to: str) -> subprocess.CompletedProcess:
+            secrets = tmp_path / f"keys-{keys.access_key}"
+            secrets.mkdir(exist_ok=True)
+            (secrets / "access-key").write_text(keys.access_key)
+            (secrets / "secret-key").write_text(keys.secret_key)
+            env = {"CHECKPOINTS": f"{root}/", "DESTINATION": to, "SECRETS": str(secrets)}
             return run_script(generated["offsite_script"], env, tmp_path)
 
-        run = copy_offsite(offsite)
-        assert run.returncode == 0 and "copied step-00000010" in run.stdout, run.stdout + run.stderr
-        restored = tmp_path / "restored"
-        restored.mkdir()
-        team_env = harness.subprocess_env(AWS_ACCESS_KEY_ID=team.access_key, AWS_SECRET_ACCESS_KEY=team.secret_key)
-        harness.run_juicefs(["sync", "--no-https", f"{offsite}step-00000010/", f"{restored}/"], env=team_env)
-        assert digests(restored) == digests(done)
+        loopback = f"{harness.LOOPBACK}:{s3.port}"
+        platform_copy = harness.replace_hostport(generated["offsite_env"]["DESTINATION"], loopback)
+        offsite = harness.replace_hostport(scopes["team_urls"][TEAM], loopback) + "checkpoints/"
+        assert f"/{bucket}/{TRAINING_PREFIX}" in platform_copy and f"/{bucket}/{TEAM_PREFIX}" in offsite
+        for keys, to in ((training, platform_copy), (team, offsite)):
+            run = copy_offsite(keys, to)
+            assert run.returncode == 0 and "copied step-00000010" in run.stdout, run.stdout + run.stderr
+            restored = tmp_path / f"restored-{keys.access_key}"
+            restored.mkdir()
+            env = harness.subprocess_env(AWS_ACCESS_KEY_ID=keys.access_key, AWS_SECRET_ACCESS_KEY=keys.secret_key)
+            harness.run_juicefs(["sync", "--no-https", f"{to}step-00000010/", f"{restored}/"], env=env)
+            assert digests(restored) == digests(done)
 
         # ... and is refused on another team's prefix (the same script, pointed there), on the backups and on
         # the JuiceFS chunks.
         elsewhere = offsite.replace(f"/{TEAM_PREFIX}", f"/{OTHER_TEAM}")
-        run = copy_offsite(elsewhere)
+        run = copy_offsite(team, elsewhere)
         assert run.returncode != 0 and "copy of step-00000010 failed" in run.stdout, run.stdout + run.stderr
         theirs = f"{OTHER_TEAM}claim/step-00000001/shard"
         for call, key in (
             (get, theirs),
             (put, theirs),
             (delete, theirs),
+            (get, f"{platform_copy.split(f'/{bucket}/', 1)[1]}step-00000010/{checkpoint.MARKER}"),
             (get, dumps[0]),
             (put, f"{BACKUP_PREFIX}forged.json.gz"),
             (delete, dumps[0]),
