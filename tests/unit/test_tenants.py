@@ -8,6 +8,7 @@ import json
 import pytest
 
 from components import tenants
+from components.bucket import prefix_policy
 from components.fluid_dataset import DatasetSettings
 from components.juicefs import JuiceFS, JuiceFSArgs, JuiceFSSettings, JuiceFSSource
 from components.object_store import ObjectStore, ObjectStoreArgs, ObjectStoreSettings
@@ -85,10 +86,13 @@ def test_offsite_keys_are_the_teams_scoped_keys_delivered_as_a_secret(build):
     secret = by_name(result, "Secret", tenants.OFFSITE_CREDENTIALS)
     assert secret["metadata"]["namespace"] == "nlp"
     assert secret["stringData"] == {"access-key": "[secret]", "secret-key": "[secret]"}
-    # The keys of the scope the object store made for the team's prefix (a MinIO user and policy here).
-    store = next(r for r in monitor.registrations if r.type == "ai-storage:object_store:ObjectStore")
+    # The keys of the scope the object store made for the team's prefix: a MinIO user whose policy names only it.
     deps = {r.name: r.dependencies for r in monitor.registrations}
-    assert store and any("team-nlp" in d for d in deps["teams-nlp-offsite-credentials"])
+    assert any(d.endswith("store-team-nlp-user") for d in deps["teams-nlp-offsite-credentials"])
+    job = by_name(result, "Job", "minio-scope-team-nlp")
+    (mc,) = job["spec"]["template"]["spec"]["containers"]
+    policy = json.loads(next(e["value"] for e in mc["env"] if e["name"] == "POLICY_DOCUMENT"))
+    assert policy == json.loads(prefix_policy("ai-datasets", "checkpoints/nlp/"))
 
 
 def test_under_irsa_the_account_carries_the_teams_role_and_no_keys_are_delivered(build):
