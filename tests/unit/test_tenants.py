@@ -12,6 +12,7 @@ from components.bucket import prefix_policy
 from components.fluid_dataset import DatasetSettings
 from components.juicefs import JuiceFS, JuiceFSArgs, JuiceFSSettings, JuiceFSSource
 from components.object_store import ObjectStore, ObjectStoreArgs, ObjectStoreSettings
+from components.platform import expirations
 from components.section import SettingsError
 from components.settings import load_settings
 from components.tenants import Teams, TeamsArgs, TeamsSettings
@@ -222,3 +223,10 @@ def test_datasets_and_space_need_a_cold_tier_class_the_claim_policy_admits():
         load_settings("dev", config)
     (problem,) = [p for p in caught.value.problems if p.key.startswith("teams.")]
     assert problem.key == "teams.workspaces[0].datasets" and "tiers.cold" in problem.expected
+
+
+def test_team_offsite_copies_expire_even_when_the_platforms_own_copy_is_off():
+    off = {"checkpoints": {"offsite": {"enabled": False}, "offsiteRetentionDays": 7}}
+    assert expirations(load_settings("dev", off))["checkpoints/"] == 7  # dev vends teams with offsite access
+    no_teams = {**off, "teams": {"workspaces": [{"name": "a", "offsite": False}]}}
+    assert "checkpoints/" not in expirations(load_settings("dev", no_teams))
