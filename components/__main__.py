@@ -19,9 +19,9 @@ def config_reference() -> str:
 
     team = (
         "Team workspace (`ai_storage_platform.team`)",
-        "Keys of a team's own Pulumi project that uses the library on a cluster running the platform (see\n"
-        "`examples/team-training`), set as `<project>:<key>` (e.g. `team-training:namespace`) and read by\n"
-        "`load_team_settings(stack_config())`.",
+        "Keys of a team's own Pulumi project that uses the library in the namespace the platform vended to it\n"
+        "(`teams.workspaces`; see `examples/team-training`), set as `<project>:<key>` (e.g.\n"
+        "`team-training:workspace`) and read by `load_team_settings(stack_config())`. None is a secret.",
         TeamSettings,
     )
     return reference(PlatformSettings, team)
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         "--stack-outputs",
         type=Path,
         help="JSON outputs every StackReference reads (`pulumi stack output --json` of the stack itself, to render "
-        "its next update, or of the platform stack a team project references)",
+        "its next update)",
     )
     diff_cmd = commands.add_parser(
         "diff",

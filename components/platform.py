@@ -32,7 +32,7 @@ def expirations(s: PlatformSettings) -> dict[str, int]:
     """The object-store expiries that enforce the retention of the metadata backups and the offsite checkpoints."""
     backup = s.juicefs.metadata_backup
     found = {BACKUP_PREFIX: backup.retention_days} if s.juicefs.enabled and backup.enabled else {}
-    if s.checkpoints.offsite.enabled:
+    if s.checkpoints.offsite.enabled or any(t.offsite for t in s.teams.workspaces):  # teams copy there too
         found[OFFSITE_PREFIX] = s.checkpoints.offsite_retention_days
     return found
 

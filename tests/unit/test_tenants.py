@@ -8,9 +8,11 @@ import json
 import pytest
 
 from components import tenants
+from components.bucket import prefix_policy
 from components.fluid_dataset import DatasetSettings
 from components.juicefs import JuiceFS, JuiceFSArgs, JuiceFSSettings, JuiceFSSource
 from components.object_store import ObjectStore, ObjectStoreArgs, ObjectStoreSettings
+from components.platform import expirations
 from components.section import SettingsError
 from components.settings import load_settings
 from components.tenants import Teams, TeamsArgs, TeamsSettings
@@ -86,10 +88,13 @@ def test_offsite_keys_are_the_teams_scoped_keys_delivered_as_a_secret(build):
     secret = by_name(result, "Secret", tenants.OFFSITE_CREDENTIALS)
     assert secret["metadata"]["namespace"] == "nlp"
     assert secret["stringData"] == {"access-key": "[secret]", "secret-key": "[secret]"}
-    # The keys of the scope the object store made for the team's prefix (a MinIO user and policy here).
-    store = next(r for r in monitor.registrations if r.type == "ai-storage:object_store:ObjectStore")
+    # The keys of the scope the object store made for the team's prefix: a MinIO user whose policy names only it.
     deps = {r.name: r.dependencies for r in monitor.registrations}
-    assert store and any("team-nlp" in d for d in deps["teams-nlp-offsite-credentials"])
+    assert any(d.endswith("store-team-nlp-user") for d in deps["teams-nlp-offsite-credentials"])
+    job = by_name(result, "Job", "minio-scope-team-nlp")
+    (mc,) = job["spec"]["template"]["spec"]["containers"]
+    policy = json.loads(next(e["value"] for e in mc["env"] if e["name"] == "POLICY_DOCUMENT"))
+    assert policy == json.loads(prefix_policy("ai-datasets", "checkpoints/nlp/"))
 
 
 def test_under_irsa_the_account_carries_the_teams_role_and_no_keys_are_delivered(build):
@@ -219,3 +224,10 @@ def test_datasets_and_space_need_a_cold_tier_class_the_claim_policy_admits():
         load_settings("dev", config)
     (problem,) = [p for p in caught.value.problems if p.key.startswith("teams.")]
     assert problem.key == "teams.workspaces[0].datasets" and "tiers.cold" in problem.expected
+
+
+def test_team_offsite_copies_expire_even_when_the_platforms_own_copy_is_off():
+    off = {"checkpoints": {"offsite": {"enabled": False}, "offsiteRetentionDays": 7}}
+    assert expirations(load_settings("dev", off))["checkpoints/"] == 7  # dev vends teams with offsite access
+    no_teams = {**off, "teams": {"workspaces": [{"name": "a", "offsite": False}]}}
+    assert "checkpoints/" not in expirations(load_settings("dev", no_teams))
