@@ -29,7 +29,7 @@ import pulumi_kubernetes as k8s
 from pydantic import Field, model_validator
 
 from . import kube, volcano
-from .bucket import object_url
+from .bucket import ROLE_ANNOTATION, object_url
 from .checkpoints import OFFSITE_PREFIX
 from .fluid_dataset import API as FLUID_API
 from .fluid_dataset import DatasetSettings
@@ -44,8 +44,6 @@ OFFSITE_TARGET = "offsite-target"
 """ConfigMap with `url` (the team's prefix of the bucket, as `juicefs sync` names it) and `sync-flags`."""
 OFFSITE_CREDENTIALS = "offsite-credentials"
 """Secret with `access-key` and `secret-key` that reach only the team's prefix (none under IRSA)."""
-ROLE_ANNOTATION = "eks.amazonaws.com/role-arn"
-"""The ServiceAccount annotation EKS reads to give the pods' AWS clients the account's IAM role."""
 SPACE_CLAIM = "space"
 """Claim of the team's writable directory `/teams/<name>`."""
 DATASETS_DIR = "/datasets"
