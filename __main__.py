@@ -12,6 +12,13 @@ provider = k8s.Provider(
     kubeconfig=settings.cluster.kubeconfig,
     context=settings.cluster.context,
     enable_server_side_apply=True,
+    # Update Secrets and ConfigMaps in place. Without these, pulumi-kubernetes replaces one whose data changed
+    # (provider/pkg/provider/diff.go), and every one here has a fixed name, so a replace deletes it before it
+    # creates it again: meanwhile the JuiceFS CSI driver cannot mount the volume, and pods that start cannot
+    # read their password. In place, pods mounting the Secret see the new keys within a minute (the kubelet
+    # syncs volumes; environment variables wait for a restart) and the name never stops resolving.
+    enable_secret_mutable=True,
+    enable_config_map_mutable=True,
 )
 # The stack's own outputs from its last update: the metadata engine it deployed (see MetadataEngine).
 itself = pulumi.StackReference(f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}")
@@ -20,11 +27,11 @@ platform = Platform("ai-storage", PlatformArgs(settings, itself.outputs), pulumi
 pulumi.export("storageClasses", platform.storage_classes)
 pulumi.export("objectStoreEndpoint", platform.object_store.endpoint)
 pulumi.export("objectStoreBucket", platform.object_store.bucket)
-# What a team project needs for offsite checkpoint copies (the keys are secret outputs, encrypted in the state).
+# Where the data lives; no key is an output: teams get theirs in their namespaces (components/tenants.py).
 pulumi.export("objectStoreStorage", platform.object_store.storage_type)
 pulumi.export("objectStoreBucketUrl", platform.object_store.bucket_url)
-pulumi.export("objectStoreAccessKey", pulumi.Output.secret(platform.object_store.access_key))
-pulumi.export("objectStoreSecretKey", pulumi.Output.secret(platform.object_store.secret_key))
+if platform.teams is not None:
+    pulumi.export("teamNamespaces", platform.teams.namespaces)
 if platform.metadata is not None:
     pulumi.export("metadataEngine", platform.metadata.engine)
     pulumi.export("metadataService", platform.metadata.host)

@@ -1,4 +1,5 @@
-"""Command line: ``python -m components render --stack <name> [--out DIR]``."""
+"""Command line: ``python -m components render --stack <name> [--out DIR]``, ``python -m components diff BASE HEAD``
+and ``python -m components docs``."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ def config_reference() -> str:
 
     team = (
         "Team workspace (`ai_storage_platform.team`)",
-        "Keys of a team's own Pulumi project that uses the library on a cluster running the platform (see\n"
-        "`examples/team-training`), set as `<project>:<key>` (e.g. `team-training:namespace`) and read by\n"
-        "`load_team_settings(stack_config())`.",
+        "Keys of a team's own Pulumi project that uses the library in the namespace the platform vended to it\n"
+        "(`teams.workspaces`; see `examples/team-training`), set as `<project>:<key>` (e.g.\n"
+        "`team-training:workspace`) and read by `load_team_settings(stack_config())`. None is a secret.",
         TeamSettings,
     )
     return reference(PlatformSettings, team)
@@ -40,7 +41,22 @@ def main(argv: list[str] | None = None) -> int:
         "--stack-outputs",
         type=Path,
         help="JSON outputs every StackReference reads (`pulumi stack output --json` of the stack itself, to render "
-        "its next update, or of the platform stack a team project references)",
+        "its next update)",
+    )
+    diff_cmd = commands.add_parser(
+        "diff",
+        help="what `pulumi up` would do to each stack between two renders, and what it means for data "
+        "(exit 1: a protected or data-holding resource replaced or deleted without acknowledgement)",
+    )
+    diff_cmd.add_argument("base", help="render folder (one stack's, or a folder of them) or git ref")
+    diff_cmd.add_argument("head", help="render folder or git ref")
+    diff_cmd.add_argument("--stack", action="append", help="only this stack (repeatable; default: every stack)")
+    diff_cmd.add_argument("--format", choices=["markdown", "json"], default="markdown")
+    diff_cmd.add_argument(
+        "--project-dir",
+        type=Path,
+        help="Pulumi project whose git refs are rendered and whose stack files acknowledge replacements "
+        "(default: this repository)",
     )
     docs_cmd = commands.add_parser("docs", help="write the configuration reference (docs/config.md)")
     docs_cmd.add_argument("--out", type=Path, default=Path("docs/config.md"), help="where to write it")
@@ -50,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(config_reference())
         print(f"wrote {args.out}")
         return 0
+
+    if args.command == "diff":
+        return diff(args)
 
     from . import mock_engine, render
 
@@ -67,6 +86,23 @@ def main(argv: list[str] | None = None) -> int:
     print(render.summary(result))
     print(f"wrote {out_dir}")
     return 0
+
+
+def diff(args: argparse.Namespace) -> int:
+    """Print the diff; exit 1 when it blocks, 2 when a side cannot be rendered or the settings are invalid."""
+    from . import plan_diff
+    from .render import ROOT
+
+    try:
+        diffs = plan_diff.compare(args.base, args.head, (args.project_dir or ROOT).resolve(), args.stack)
+    except (plan_diff.RenderError, pulumi.RunError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.format == "json":
+        print(plan_diff.as_json(diffs))
+    else:
+        print(plan_diff.markdown(diffs, args.base, args.head))
+    return plan_diff.exit_code(diffs)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,10 @@ throughput and latency, cache hit ratio and evictions, cache blocks dropped beca
 object store request errors. The metadata engine from redis_exporter beside every Redis and Sentinel: down,
 memory near its limit, persistence failing, a replica's link down, replicas missing, a failover, the Sentinels'
 quorum lost. Ceph from the Rook mgr module (`ceph_health_status`), gang scheduling from the Volcano scheduler
-(`volcano_queue_pod_group_pending_count`). Thresholds come from settings (the design reference's table).
-Each alert carries a ``runbook_url`` annotation to its section of docs/alerts.md.
+(`volcano_queue_pod_group_pending_count`). Training jobs from the training library's own metrics (prefetch hit
+ratio, checkpoint save and restore time, save failures). The data protection (metadata backup, checkpoint
+snapshots, offsite copies) from kube-state-metrics' CronJob and Job series. Thresholds come from settings (the
+design reference's table). Each alert carries a ``runbook_url`` annotation to its section of docs/alerts.md.
 """
 
 from __future__ import annotations
@@ -15,18 +17,38 @@ from typing import Any
 
 from pydantic import Field
 
+from .checkpoints import OFFSITE_SUFFIX, SNAPSHOTS_SUFFIX
+from .metadata_backup import BACKUP_CRONJOB
 from .section import Problem, Section
 
 DURATION = r"^[0-9]+(ms|s|m|h)$"
+STALE_AFTER_RUNS = 2
+"""A protection CronJob is stale when its last success is older than this many of its schedule's intervals."""
+PROTECTION = {
+    "MetadataBackup": (BACKUP_CRONJOB, "The JuiceFS metadata backup"),
+    "CheckpointSnapshots": (f".+{SNAPSHOTS_SUFFIX}", "A checkpoint snapshot CronJob"),
+    "CheckpointOffsite": (f".+{OFFSITE_SUFFIX}", "A checkpoint offsite copy CronJob"),
+}
+"""The data protection CronJobs by alert name prefix: the pattern of their names (the platform's and every
+team's, in any namespace) and what they are."""
 
 
 class Threshold(Section):
     """A warning and a critical level of one figure."""
 
-    warning: float
+    warning: float = Field(ge=0)
     """Level at which the alert fires with severity `warning`."""
-    critical: float
+    critical: float = Field(ge=0)
     """Level at which the alert fires with severity `critical`."""
+
+
+class PercentThreshold(Threshold):
+    """A warning and a critical level of a percentage (0 to 100)."""
+
+    warning: float = Field(ge=0, le=100)
+    """Level at which the alert fires with severity `warning`, %."""
+    critical: float = Field(ge=0, le=100)
+    """Level at which the alert fires with severity `critical`, %."""
 
 
 class AlertThresholds(Section):
@@ -36,16 +58,24 @@ class AlertThresholds(Section):
     """FUSE read throughput of a JuiceFS mount that is reading, MB/s; alerts below."""
     read_latency_ms: Threshold = Threshold(warning=100, critical=500)
     """Mean FUSE read latency of a JuiceFS mount, ms; alerts above."""
-    cache_hit_ratio_percent: Threshold = Threshold(warning=85, critical=70)
+    cache_hit_ratio_percent: PercentThreshold = PercentThreshold(warning=85, critical=70)
     """Share of read bytes served by the local block cache, %; alerts below."""
     cache_evictions_per_second: Threshold = Threshold(warning=1000, critical=5000)
     """Cache blocks evicted per second; alerts above."""
-    metadata_memory_percent: Threshold = Threshold(warning=85, critical=95)
+    metadata_memory_percent: PercentThreshold = PercentThreshold(warning=85, critical=95)
     """Redis memory used of its `maxmemory`, %; alerts above (at 100 % JuiceFS writes fail: noeviction)."""
+    prefetch_hit_ratio_percent: PercentThreshold = PercentThreshold(warning=80, critical=60)
+    """Share of a training job's reads whose prefetched data was ready, %; alerts below."""
+    checkpoint_save_seconds: Threshold = Threshold(warning=30, critical=60)
+    """Mean duration of a training job's checkpoint saves, s; alerts above."""
+    checkpoint_restore_seconds: Threshold = Threshold(warning=30, critical=60)
+    """Mean duration of a training job's checkpoint restores, s; alerts above."""
+    checkpoint_save_failure_percent: PercentThreshold = PercentThreshold(warning=5, critical=10)
+    """Share of a training job's checkpoint saves that failed, %; alerts above."""
 
     def problems(self) -> list[Problem]:
         """A critical level is worse than the warning level."""
-        below = ("read_throughput_mb_s", "cache_hit_ratio_percent")
+        below = ("read_throughput_mb_s", "cache_hit_ratio_percent", "prefetch_hit_ratio_percent")
         found = []
         for name, info in type(self).model_fields.items():
             t: Threshold = getattr(self, name)
@@ -66,6 +96,9 @@ class RuleSettings(Section):
     """How long a data-path condition must hold before its alert fires."""
     gang_pending_for: str = Field("30m", pattern=DURATION)
     """How long a gang-scheduled job may wait in a Volcano queue before the alert fires."""
+    checkpoint_window: str = Field("1h", pattern=DURATION)
+    """Range over which checkpoint save and restore times and the save failure rate are averaged (saves are
+    minutes apart, so longer than `window`)."""
     thresholds: AlertThresholds = AlertThresholds()
     """Warning and critical levels."""
     runbook_url: str = "docs/alerts.md"
@@ -246,11 +279,137 @@ def platform_alerts(s: RuleSettings, ceph: bool, volcano: bool) -> list[dict[str
     return rules
 
 
+def training_recording_rules(window: str, checkpoint_window: str) -> list[dict[str, Any]]:
+    """Per training pod figures of the training library's metrics: the prefetch hit ratio over ``window``, the
+    checkpoint figures over ``checkpoint_window`` (saves are minutes apart)."""
+    w, cw = window, checkpoint_window
+    hits, misses = "ai_storage_prefetch_hits_total", "ai_storage_prefetch_misses_total"
+    saves, failures = "ai_storage_checkpoint_save_seconds_count", "ai_storage_checkpoint_save_failures_total"
+    return [
+        {
+            "record": "ai_storage:prefetch_hit_ratio",
+            "expr": f"rate({hits}[{w}]) / (rate({hits}[{w}]) + rate({misses}[{w}]))",
+        },
+        *(
+            {
+                "record": f"ai_storage:checkpoint_{what}_seconds:mean",
+                "expr": f"rate(ai_storage_checkpoint_{what}_seconds_sum[{cw}])"
+                f" / rate(ai_storage_checkpoint_{what}_seconds_count[{cw}])",
+            }
+            for what in ("save", "restore")
+        ),
+        {
+            "record": "ai_storage:checkpoint_save_failure_ratio",
+            "expr": f"rate({failures}[{cw}]) / (rate({failures}[{cw}]) + rate({saves}[{cw}]))",
+        },
+    ]
+
+
+def training_alerts(s: RuleSettings) -> list[dict[str, Any]]:
+    """The design reference's training rows, per training pod (a ratio with no reads or saves has no value)."""
+    t, f = s.thresholds, s.pending_for
+    return [
+        *_levels(
+            "TrainingPrefetchHitRatioLow",
+            "ai_storage:prefetch_hit_ratio * 100",
+            "<",
+            t.prefetch_hit_ratio_percent,
+            f,
+            "Less than {level} % of a training job's reads find their prefetched data ready",
+        ),
+        *_levels(
+            "CheckpointSaveSlow",
+            "ai_storage:checkpoint_save_seconds:mean",
+            ">",
+            t.checkpoint_save_seconds,
+            f,
+            "A training job's checkpoint saves take more than {level} s",
+        ),
+        *_levels(
+            "CheckpointRestoreSlow",
+            "ai_storage:checkpoint_restore_seconds:mean",
+            ">",
+            t.checkpoint_restore_seconds,
+            f,
+            "A training job's checkpoint restores take more than {level} s",
+        ),
+        *_levels(
+            "CheckpointSaveFailures",
+            "ai_storage:checkpoint_save_failure_ratio * 100",
+            ">",
+            t.checkpoint_save_failure_percent,
+            f,
+            "More than {level} % of a training job's checkpoint saves fail",
+        ),
+    ]
+
+
+def protection_recording_rules() -> list[dict[str, Any]]:
+    """Per protection CronJob (kube-state-metrics): the time of its last success (its creation while it has none),
+    its schedule's interval (kube-state-metrics' next run, computed from the schedule, minus the last), and the
+    start of its newest failed run."""
+    names = "|".join(pattern for pattern, _ in PROTECTION.values())
+    cronjob = f'{{cronjob=~"{names}"}}'
+    created = f"kube_cronjob_created{cronjob}"
+    owner = f'kube_job_owner{{owner_kind="CronJob",owner_name=~"{names}"}}'
+    failed_start = (
+        '(kube_job_status_start_time and on (namespace, job_name) (kube_job_failed{condition="true"} == 1))'
+        f" * on (namespace, job_name) group_left (owner_name) {owner}"
+    )
+    return [
+        {
+            "record": "ai_storage:cronjob_last_success_time",
+            "expr": f"max by (namespace, cronjob) (kube_cronjob_status_last_successful_time{cronjob} or {created})",
+        },
+        {
+            "record": "ai_storage:cronjob_interval_seconds",
+            "expr": f"max by (namespace, cronjob) (kube_cronjob_next_schedule_time{cronjob}"
+            f" - (kube_cronjob_status_last_schedule_time{cronjob} or {created}))",
+        },
+        {
+            "record": "ai_storage:cronjob_last_failure_time",
+            "expr": "max by (namespace, cronjob)"
+            f' (label_replace({failed_start}, "cronjob", "$1", "owner_name", "(.+)"))',
+        },
+    ]
+
+
+def protection_alerts() -> list[dict[str, Any]]:
+    """Each protection CronJob: stale when its last success is older than ``STALE_AFTER_RUNS`` intervals of its
+    schedule, failed when its newest failed run started after its last success."""
+    rules = []
+    for prefix, (pattern, what) in PROTECTION.items():
+        cronjob = f'{{cronjob=~"{pattern}"}}'
+        rules += [
+            _alert(
+                f"{prefix}Stale",
+                f"time() - ai_storage:cronjob_last_success_time{cronjob}"
+                f" > {STALE_AFTER_RUNS} * ai_storage:cronjob_interval_seconds{cronjob}",
+                "critical",
+                "5m",
+                f"{what} has not succeeded for {STALE_AFTER_RUNS} of its scheduled intervals",
+            ),
+            _alert(
+                f"{prefix}Failed",
+                f"ai_storage:cronjob_last_failure_time{cronjob} > ai_storage:cronjob_last_success_time{cronjob}",
+                "warning",
+                "1m",
+                f"{what} failed its last run",
+            ),
+        ]
+    return rules
+
+
 def rule_groups(s: RuleSettings, replicas: int | None, ceph: bool, volcano: bool) -> list[dict[str, Any]]:
     """Every rule group of the platform (the ``spec.groups`` of its PrometheusRule)."""
     groups: list[dict[str, Any]] = [
         {"name": "ai-storage-data-path", "rules": [*recording_rules(s.window), *data_path_alerts(s)]},
         {"name": "ai-storage-metadata", "rules": metadata_alerts(s, replicas)},
+        {
+            "name": "ai-storage-training",
+            "rules": [*training_recording_rules(s.window, s.checkpoint_window), *training_alerts(s)],
+        },
+        {"name": "ai-storage-protection", "rules": [*protection_recording_rules(), *protection_alerts()]},
     ]
     others = platform_alerts(s, ceph, volcano)
     if others:

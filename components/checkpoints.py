@@ -21,7 +21,7 @@ from ai_storage_training import layout
 
 from . import kube, versions
 from .bucket import sync_container
-from .section import Resources, Section
+from .section import Cron, Resources, Section
 
 MARKER = layout.MARKER
 """The file a checkpoint writer creates last, inside ``step-*/``."""
@@ -29,7 +29,9 @@ OFFSITE_PREFIX = "checkpoints/"
 """Where offsite copies land in the bucket: ``checkpoints/<namespace>/<claim>/step-*/``."""
 SNAPSHOT_API = "snapshot.storage.k8s.io/v1"
 SNAPSHOT_LABEL = "ai-storage-platform/snapshot-of"
-CRON = r"^(\S+\s+){4}\S+$"
+SNAPSHOTS_SUFFIX = "-snapshots"
+OFFSITE_SUFFIX = "-offsite"
+"""The snapshot and offsite CronJobs are named ``<claim><suffix>`` (the protection alerts select them so)."""
 RESOURCES = Resources(cpu_request="50m", cpu_limit="500m", memory_request="64Mi", memory_limit="256Mi")
 COPY_RESOURCES = Resources(cpu_request="100m", cpu_limit="1", memory_request="256Mi", memory_limit="1Gi")
 
@@ -39,7 +41,7 @@ class SnapshotSettings(Section):
 
     enabled: bool = True
     """Snapshot the claim on a schedule (needs the CSI snapshot CRDs and controller, and a Ceph tier)."""
-    schedule: str = Field("0 */4 * * *", pattern=CRON)
+    schedule: Cron = "0 */4 * * *"
     """Cron schedule of the snapshots (five fields, cluster time zone)."""
     keep: int = Field(6, ge=1, le=100)
     """Snapshots kept per claim; the oldest beyond this are deleted after each new one."""
@@ -50,7 +52,7 @@ class OffsiteSettings(Section):
 
     enabled: bool = True
     """Copy complete checkpoints to the bucket on a schedule."""
-    schedule: str = Field("*/30 * * * *", pattern=CRON)
+    schedule: Cron = "*/30 * * * *"
     """Cron schedule of the copy (five fields, cluster time zone)."""
 
 
@@ -139,10 +141,13 @@ def offsite_script(sync_flags: list[str]) -> str:
     return "\n".join(
         [
             "set -u",
-            "# Credentials come from a Secret mounted as files, never from the environment of the pod spec.",
-            'AWS_ACCESS_KEY_ID="$(cat "$SECRETS/access-key")"',
-            'AWS_SECRET_ACCESS_KEY="$(cat "$SECRETS/secret-key")"',
-            "export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY",
+            "# Keys come from a Secret mounted as files, never from the environment of the pod spec; without",
+            "# one (IAM roles for service accounts) the client uses the pod's role.",
+            'if [ -f "$SECRETS/access-key" ]; then',
+            '  AWS_ACCESS_KEY_ID="$(cat "$SECRETS/access-key")"',
+            '  AWS_SECRET_ACCESS_KEY="$(cat "$SECRETS/secret-key")"',
+            "  export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY",
+            "fi",
             "failed=0",
             f'for dir in "$CHECKPOINTS"/{layout.STEP_GLOB}/; do',
             '  name="$(basename "$dir")"',
@@ -163,42 +168,77 @@ def offsite_script(sync_flags: list[str]) -> str:
 
 
 def offsite_cronjob_spec(
-    claim: str, s: OffsiteSettings, credentials: str, target: pulumi.Output[tuple[str, list[str]]]
+    claim: str,
+    s: OffsiteSettings,
+    credentials: str,
+    target: pulumi.Output[tuple[str, list[str]]],
+    delivered: DeliveredOffsite | None = None,
 ) -> dict[str, Any]:
     """The ``spec`` of the CronJob that copies ``claim``'s complete checkpoints to ``target`` (the destination
-    and its sync flags), reading the keys from the Secret ``credentials``."""
+    and its sync flags), reading the keys from the Secret ``credentials``; with ``delivered``, as its service
+    account, with the keys' Secret optional and the variables $(OFFSITE_URL) and $SYNC_FLAGS from its ConfigMap."""
+    env: list[dict[str, Any]] = [
+        {"name": "CHECKPOINTS", "value": "/checkpoints/"},
+        {"name": "SECRETS", "value": "/run/secrets/object-store"},
+    ]
+    if delivered is not None:
+        env += [
+            {"name": name, "valueFrom": {"configMapKeyRef": {"name": delivered.target, "key": key}}}
+            for name, key in (("OFFSITE_URL", "url"), ("SYNC_FLAGS", "sync-flags"))
+        ]
     copy = sync_container(
         "copy",
         COPY_RESOURCES,
         offsite_script,
         target,
-        env=[
-            {"name": "CHECKPOINTS", "value": "/checkpoints/"},
-            {"name": "SECRETS", "value": "/run/secrets/object-store"},
-        ],
+        env=env,
         mounts=[
             {"name": "checkpoints", "mountPath": "/checkpoints", "readOnly": True},
             {"name": "credentials", "mountPath": "/run/secrets/object-store", "readOnly": True},
         ],
     )
+    secret: dict[str, Any] = {"secretName": credentials}
+    spec: dict[str, Any] = {"restartPolicy": "OnFailure"}
+    if delivered is not None:
+        secret["optional"] = True
+        spec["serviceAccountName"] = delivered.account
     volumes = [
         {"name": "checkpoints", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}},
-        {"name": "credentials", "secret": {"secretName": credentials}},
+        {"name": "credentials", "secret": secret},
         kube.TMP_VOLUME,
     ]
-    template = kube.pod_template(kube.labels("checkpoint-offsite", claim), [copy], volumes, restartPolicy="OnFailure")
+    template = kube.pod_template(kube.labels("checkpoint-offsite", claim), [copy], volumes, **spec)
     return kube.cronjob_spec(s.schedule, template)
 
 
 @dataclass(frozen=True)
 class OffsiteTarget:
-    """The bucket offsite copies go to, and the keys that write it."""
+    """The bucket offsite copies go to, and the credentials that write it (scoped to `checkpoints/<namespace>/`:
+    keys, or with IAM roles for service accounts the role of the copy's ServiceAccount)."""
 
     storage: pulumi.Input[str]
     """JuiceFS storage type (`minio`, `s3`)."""
     bucket_url: pulumi.Input[str]
     access_key: pulumi.Input[str]
     secret_key: pulumi.Input[str]
+    role_arn: pulumi.Input[str] | None = None
+    """The IAM role of the ServiceAccount :func:`offsite_account` (keys empty then)."""
+
+
+def offsite_account(claim: str) -> str:
+    """The ServiceAccount the offsite copy of ``claim`` runs as (the one its scoped access names)."""
+    return f"{claim}{OFFSITE_SUFFIX}"
+
+
+@dataclass(frozen=True)
+class DeliveredOffsite:
+    """Offsite access the platform delivered into a team's namespace (``tenants``): copies run as the
+    ServiceAccount ``account``, go under the prefix the ConfigMap ``target`` names (`url`, `sync-flags`) and use
+    the keys of the Secret ``credentials`` (none under IAM roles for service accounts: the account's role)."""
+
+    account: str
+    target: str
+    credentials: str
 
 
 def protect_checkpoints(
@@ -206,15 +246,16 @@ def protect_checkpoints(
     claim: str,
     namespace: str,
     s: CheckpointProtection,
-    target: OffsiteTarget | None,
+    target: OffsiteTarget | DeliveredOffsite | None,
     parent: pulumi.Resource,
     after: list[pulumi.Resource],
 ) -> None:
     """The snapshot schedule (with a service account allowed exactly that) and the offsite copy of ``claim`` in
-    ``namespace``, as ``s`` enables them; ``after`` holds the claim and its namespace."""
+    ``namespace``, as ``s`` enables them: with the keys of an ``OffsiteTarget`` (in a Secret of its own), or with
+    what the platform delivered (``DeliveredOffsite``); ``after`` holds the claim and its namespace."""
     child = pulumi.ResourceOptions(parent=parent, depends_on=after)
     if s.snapshots.enabled:
-        account = f"{claim}-snapshots"
+        account = f"{claim}{SNAPSHOTS_SUFFIX}"
         meta = {"name": account, "namespace": namespace, "labels": kube.labels("checkpoint-snapshots", claim)}
         sa = k8s.core.v1.ServiceAccount(f"{name}-snapshot-account", metadata=meta, opts=child)
         role = k8s.rbac.v1.Role(f"{name}-snapshot-role", metadata=meta, rules=snapshot_rules(), opts=child)
@@ -231,8 +272,23 @@ def protect_checkpoints(
             spec=snapshot_cronjob_spec(claim, s.snapshots, account),
             opts=pulumi.ResourceOptions(parent=parent, depends_on=[*after, sa, role, binding]),
         )
-    if s.offsite.enabled and target is not None:
+    if not s.offsite.enabled or target is None:
+        return
+    if isinstance(target, OffsiteTarget):
         _offsite(name, claim, namespace, s.offsite, target, parent, after)
+        return
+    k8s.batch.v1.CronJob(
+        f"{name}-offsite",
+        metadata=kube.workload_metadata(f"{claim}{OFFSITE_SUFFIX}", namespace, COPY_RESOURCES),
+        spec=offsite_cronjob_spec(
+            claim,
+            s.offsite,
+            target.credentials,
+            pulumi.Output.from_input((f"$(OFFSITE_URL){claim}/", ["$SYNC_FLAGS"])),
+            target,
+        ),
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=after),
+    )
 
 
 def _offsite(
@@ -244,27 +300,32 @@ def _offsite(
     parent: pulumi.Resource,
     after: list[pulumi.Resource],
 ) -> None:
-    """The keys as a Secret in ``namespace`` and the CronJob copying to ``checkpoints/<namespace>/<claim>/``."""
-    from .bucket import object_url
+    """The keys as a Secret in ``namespace`` (no keys with IAM roles: a ServiceAccount with the role instead)
+    and the CronJob copying to ``checkpoints/<namespace>/<claim>/``."""
+    from .bucket import object_url, role_account
 
     secret_name = f"{claim}-offsite-credentials"
+    keys = {"access-key": target.access_key, "secret-key": target.secret_key} if target.role_arn is None else {}
     secret = k8s.core.v1.Secret(
         f"{name}-offsite-credentials",
         metadata={"name": secret_name, "namespace": namespace, "labels": kube.labels("checkpoint-offsite", claim)},
         type="Opaque",
-        string_data={
-            "access-key": pulumi.Output.secret(target.access_key),
-            "secret-key": pulumi.Output.secret(target.secret_key),
-        },
+        string_data={key: pulumi.Output.secret(value) for key, value in keys.items()},
         opts=pulumi.ResourceOptions(parent=parent, depends_on=after),
     )
     prefix = f"{OFFSITE_PREFIX}{namespace}/{claim}/"
     destination = pulumi.Output.all(target.storage, target.bucket_url).apply(lambda a: object_url(a[0], a[1], prefix))
+    spec = offsite_cronjob_spec(claim, s, secret_name, destination)
+    uses: list[pulumi.Resource] = [secret]
+    if target.role_arn is not None:
+        account = offsite_account(claim)
+        uses.append(role_account(f"{name}-offsite-account", account, namespace, target.role_arn, parent, after))
+        spec["jobTemplate"]["spec"]["template"]["spec"]["serviceAccountName"] = account
     k8s.batch.v1.CronJob(
         f"{name}-offsite",
-        metadata=kube.workload_metadata(f"{claim}-offsite", namespace, COPY_RESOURCES),
-        spec=offsite_cronjob_spec(claim, s, secret_name, destination),
-        opts=pulumi.ResourceOptions(parent=parent, depends_on=[*after, secret]),
+        metadata=kube.workload_metadata(f"{claim}{OFFSITE_SUFFIX}", namespace, COPY_RESOURCES),
+        spec=spec,
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=[*after, *uses]),
     )
 
 

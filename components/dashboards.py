@@ -2,13 +2,16 @@
 
 Per tier throughput (cold: the JuiceFS clients; warm, checkpoint and block: their Ceph pools; hot: TopoLVM
 exports capacity, not I/O), the cache hit ratio and evictions, metadata latency and errors (the JuiceFS
-clients' metadata operations, and Redis), and object store requests (the JuiceFS clients, every backend).
+clients' metadata operations, and Redis), object store requests (the JuiceFS clients, every backend), the
+training jobs as the training library sees them, and the data protection CronJobs.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+from .alert_rules import STALE_AFTER_RUNS
 
 UID_PREFIX = "ai-storage-"
 REQUESTS = "juicefs_object_request_durations_histogram_seconds_count"
@@ -27,6 +30,11 @@ def panel(title: str, targets: dict[str, str], unit: str, x: int, y: int) -> dic
             for i, (legend, expr) in enumerate(targets.items())
         ],
     }
+
+
+def row(title: str, y: int) -> dict[str, Any]:
+    """A full-width row header at ``y``."""
+    return {"type": "row", "title": title, "collapsed": False, "gridPos": {"h": 1, "w": 24, "x": 0, "y": y}}
 
 
 def dashboard(uid: str, title: str, panels: list[dict[str, Any]]) -> dict[str, Any]:
@@ -144,7 +152,54 @@ def metadata_and_objects(window: str) -> dict[str, Any]:
     )
 
 
+def training_and_protection(window: str) -> dict[str, Any]:
+    """Training pods (prefetch, reads, checkpoints) and the data protection CronJobs."""
+    w = window
+    pod = "{{namespace}}/{{pod}}"
+    cronjob = "{{namespace}}/{{cronjob}}"
+    p99 = f"histogram_quantile(0.99, sum by (le, namespace, pod) (rate(ai_storage_read_seconds_bucket[{w}])))"
+    return dashboard(
+        "training-protection",
+        "AI storage / training jobs and data protection",
+        [
+            row("Training jobs (the training library's metrics, per pod)", 0),
+            panel("Prefetch hit ratio", {pod: "ai_storage:prefetch_hit_ratio"}, "percentunit", 0, 1),
+            panel("Read throughput", {pod: f"rate(ai_storage_read_bytes_total[{w}])"}, "Bps", 12, 1),
+            panel("Read latency (p99)", {pod: p99}, "s", 0, 9),
+            panel(
+                "Checkpoint save and restore time (mean)",
+                {
+                    f"save {pod}": "ai_storage:checkpoint_save_seconds:mean",
+                    f"restore {pod}": "ai_storage:checkpoint_restore_seconds:mean",
+                },
+                "s",
+                12,
+                9,
+            ),
+            panel("Checkpoint save failures", {pod: "ai_storage:checkpoint_save_failure_ratio"}, "percentunit", 0, 17),
+            row("Data protection (metadata backup, checkpoint snapshots and offsite copies)", 25),
+            panel(
+                "Age of the last success, of the allowed age (stale above 100 %)",
+                {
+                    cronjob: "(time() - ai_storage:cronjob_last_success_time)"
+                    f" / ({STALE_AFTER_RUNS} * ai_storage:cronjob_interval_seconds)"
+                },
+                "percentunit",
+                0,
+                26,
+            ),
+            panel(
+                "A failed run newer than the last success (1: yes, 0: no)",
+                {cronjob: "ai_storage:cronjob_last_failure_time > bool ai_storage:cronjob_last_success_time"},
+                "short",
+                12,
+                26,
+            ),
+        ],
+    )
+
+
 def dashboards(window: str) -> dict[str, str]:
     """Every dashboard as ``<file name>: <JSON text>`` (the data of its ConfigMap)."""
-    boards = [data_path(window), metadata_and_objects(window)]
+    boards = [data_path(window), metadata_and_objects(window), training_and_protection(window)]
     return {f"{b['uid']}.json": json.dumps(b, indent=1, sort_keys=True) for b in boards}

@@ -8,6 +8,7 @@ runs the runtime's FUSE pods there.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -20,6 +21,8 @@ from .fluid_dataset import BucketSource, DatasetSettings, credentials, dataset
 from .juicefs import JuiceFSSource
 from .section import ControllerSettings, DnsLabel, Problem, Section
 
+REPLICATED = ("dataset-controller", "fluid-webhook", "fluidapp-controller")
+"""The chart's Deployments that run `controllers.replicas` pods (each with a PodDisruptionBudget)."""
 _AFFINITY_PREFERRED = [
     {"name": "fluid.io/node", "weight": 100},
     {"name": "topology.kubernetes.io/zone", "weight": 50},
@@ -39,7 +42,8 @@ class FluidSettings(Section):
     datasets: list[DatasetSettings] = []
     """Datasets to create."""
     controllers: ControllerSettings = ControllerSettings()
-    """Replicas and resources of the dataset controller, the runtime controllers and the webhook."""
+    """Replicas of the dataset controller, the webhook and the application controller, and resources of those and
+    of the runtime controllers (Fluid runs one of each runtime controller: see docs/components/fluid.md)."""
 
     def problems(self) -> list[Problem]:
         """A dataset name is unique in its namespace (it names the Dataset, the runtime and the claim)."""
@@ -71,10 +75,16 @@ def chart_values(settings: FluidSettings) -> dict[str, Any]:
         prefix, image = repo.rsplit("/", 1)
         runtime["juicefs"]["fuse"] = {"ceimagePrefix": prefix, "ceimageName": image, "ceimageTag": tag}
     c = settings.controllers
-    controllers: dict[str, Any] = {"dataset": {}, "webhook": {}}
-    for values in (controllers["dataset"], controllers["webhook"], *runtime.values()):
+    # The dataset controller, the webhook and the application controller scale with `replicas` (leader election
+    # for the controllers). A runtime controller does not: Fluid scales it out on demand, and in chart 1.0.8 a
+    # `runtime.<engine>.replicas` above 1 renders its annotation into spec.template.metadata itself
+    # (templates/controller/<engine>runtime_controller.yaml), a Deployment the API server rejects. It gets
+    # resources only and runs its one replica from the start (`enabled`).
+    controllers: dict[str, Any] = {"dataset": {}, "webhook": {}, "fluidapp": {}}
+    for values in controllers.values():
         if c.replicas > 1:
             values["replicas"] = c.replicas
+    for values in (*controllers.values(), *runtime.values()):
         if c.resources:
             values["resources"] = c.resources.spec()
     return {
@@ -82,6 +92,7 @@ def chart_values(settings: FluidSettings) -> dict[str, Any]:
         "namespace": settings.namespace,
         "runtime": runtime,
         "webhook": {
+            **controllers["webhook"],
             # Apply the plugin profile below on upgrades too, not only when the ConfigMap is first created.
             "forceReplacePluginsProfile": True,
             "pluginsProfile": {
@@ -99,7 +110,9 @@ class FluidArgs:
     """Inputs of Fluid."""
 
     settings: FluidSettings
-    bucket: BucketSource
+    bucket: Callable[[DatasetSettings], BucketSource] | None = None
+    """The bucket as one Alluxio dataset reaches it, with keys that reach only the dataset's directory (None
+    when there is no Alluxio dataset)."""
     juicefs: JuiceFSSource | None = None
     """The JuiceFS volume (None when JuiceFS is disabled: no JuiceFSRuntime then)."""
 
@@ -120,11 +133,8 @@ class Fluid(pulumi.ComponentResource):
         pin = versions.FLUID
         release = kube.release(f"{name}-release", pin, ns.metadata.name, chart_values(s), self, wait=True)
         if s.controllers.replicas > 1:
-            # The chart's own pod labels (templates/controller/*_controller.yaml); it offers no anti-affinity value.
-            for controller in (
-                "dataset-controller",
-                *(f"{r}runtime-controller" for r in sorted({d.runtime for d in s.datasets})),
-            ):
+            # The chart's own pod labels (templates/{controller,webhook}/*.yaml); it offers no anti-affinity value.
+            for controller in REPLICATED:
                 selector = {"control-plane": controller}
                 kube.budget(f"{name}-{controller}-budget", controller, s.namespace, selector, self, [ns, release])
         self.namespaces = {}
@@ -136,14 +146,18 @@ class Fluid(pulumi.ComponentResource):
                 ns_name = f"{name}-ns-{d.namespace}"
                 self.namespaces[d.namespace] = kube.namespace(ns_name, d.namespace, "privileged", self)
             dns = self.namespaces[d.namespace]
-            source = args.juicefs if d.runtime == "juicefs" else args.bucket
+            source = args.juicefs if d.runtime == "juicefs" else args.bucket(d) if args.bucket else None
             if source is None:
-                raise TypeError(f"FluidArgs.juicefs is required for dataset {d.name!r} with runtime juicefs")
-            key = (d.namespace, d.runtime)
+                raise TypeError(
+                    f"FluidArgs.{'juicefs' if d.runtime == 'juicefs' else 'bucket'} is required for {d.name!r}"
+                )
+            # One Secret per namespace for the JuiceFS volume; each Alluxio dataset's keys reach its directory only.
+            kind = d.runtime if d.runtime == "juicefs" else f"{d.runtime}-{d.name}"
+            key = (d.namespace, kind)
             if key not in secrets:
                 secrets[key] = credentials(
-                    f"{name}-credentials-{d.namespace}-{d.runtime}",
-                    d.runtime,
+                    f"{name}-credentials-{d.namespace}-{kind}",
+                    kind,
                     dns.metadata.name,
                     source,
                     pulumi.ResourceOptions(parent=self),

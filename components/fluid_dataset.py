@@ -16,6 +16,7 @@ import pulumi_kubernetes as k8s
 from pydantic import Field
 
 from . import kube
+from .bucket import PREFIX
 from .juicefs import JuiceFSSource
 from .section import DnsLabel, Problem, Quantity, Section
 
@@ -70,6 +71,20 @@ class DatasetSettings(DatasetCache):
     """Namespace of the dataset, its runtime pods and its PVC (where the training pods run)."""
     runtime: Literal["juicefs", "alluxio"] = "juicefs"
     """JuiceFSRuntime over the platform's JuiceFS volume, or AlluxioRuntime over the object store bucket."""
+
+    def problems(self) -> list[Problem]:
+        """An Alluxio dataset reads one directory of the bucket, never all of it (its keys reach only that)."""
+        if self.runtime == "alluxio" and not PREFIX.match(bucket_prefix(self.path)):
+            expected = "expected a directory of the bucket in lowercase path segments (e.g. /datasets/imagenet)"
+            hint = "the bucket also holds the JuiceFS chunks, the metadata backups and every team's checkpoints"
+            return [Problem("path", expected, self.path, hint)]
+        return []
+
+
+def bucket_prefix(path: str) -> str:
+    """The bucket prefix of a dataset directory: ``/datasets/x`` -> ``datasets/x/`` (``/`` -> empty)."""
+    stripped = path.strip("/")
+    return f"{stripped}/" if stripped else ""
 
 
 def cache_spec(levels: list[CacheLevel]) -> dict[str, Any]:
@@ -158,13 +173,21 @@ def credentials(
     )
 
 
+POD_NETWORK = {"networkMode": "ContainerNetwork"}
+"""A runtime part on the pod network (Fluid's default is the host's): NetworkPolicies select it by namespace."""
+RUNTIME_PARTS = {"juicefs": ("fuse", "worker"), "alluxio": ("master", "jobMaster", "worker", "jobWorker", "fuse")}
+"""The parts of each runtime that run pods."""
+
+
 def runtime_spec(d: DatasetCache, secret: pulumi.Input[str], source: JuiceFSSource | BucketSource) -> dict[str, Any]:
-    """The runtime's ``spec``: cache workers and levels; a JuiceFSRuntime's FUSE and worker clients also get the
-    client's environment (SENTINEL_PASSWORD with Sentinels) from ``secret``."""
+    """The runtime's ``spec``: cache workers and levels, every part on the pod network; a JuiceFSRuntime's FUSE
+    and worker clients also get the client's environment (SENTINEL_PASSWORD with Sentinels) from ``secret``."""
     spec: dict[str, Any] = {"replicas": d.replicas, "tieredstore": cache_spec(d.cache)}
+    spec.update({part: dict(POD_NETWORK) for part in RUNTIME_PARTS[runtime_of(source)]})
     if isinstance(source, JuiceFSSource) and source.envs:
         env = [{"name": k, "valueFrom": {"secretKeyRef": {"name": secret, "key": k}}} for k in sorted(source.envs)]
-        spec.update(fuse={"env": env}, worker={"env": env})
+        spec["fuse"]["env"] = env
+        spec["worker"]["env"] = env
     return spec
 
 

@@ -5,7 +5,9 @@ Both run in the team's queue, mount the dataset read-only at ``/data`` and the c
 TrainJob names a ClusterTrainingRuntime the platform installed and patches its ``node`` pods through
 ``spec.runtimePatches``; a Volcano Job is gang-scheduled as a whole (``minAvailable``) and restarted as a whole
 when a pod is evicted or fails (its ``policies``), with the ``svc`` and ``ssh`` plugins that distributed
-launchers (torchrun, MPI) need to find their peers.
+launchers (torchrun, MPI) need to find their peers. A Volcano Job labels its pods and declares the metrics port
+for the training metrics' PodMonitor; a TrainJob's pods get both from the platform's runtime (a runtime patch
+cannot add ports, and the Trainer refuses patch changes to a running TrainJob).
 """
 
 from __future__ import annotations
@@ -119,7 +121,8 @@ def volcano_job_spec(job: JobSettings, queue: str, uid: int, dataset_claim: str,
     """The ``spec`` of the Volcano Job: one task of ``numNodes`` pods, gang-scheduled in the team's queue,
     restarted as a whole on an evicted or failed pod."""
     nodes = job.num_nodes or 1
-    container: dict[str, Any] = {"name": VOLCANO_TASK, "image": job.image}
+    ports, env = training.metrics_port()
+    container: dict[str, Any] = {"name": VOLCANO_TASK, "image": job.image, "ports": ports, "env": env}
     if job.command:
         container["command"] = job.command
     if job.args:
@@ -128,6 +131,7 @@ def volcano_job_spec(job: JobSettings, queue: str, uid: int, dataset_claim: str,
         resources = job.resources_per_node.spec()
         container["resources"] = {"requests": resources, "limits": resources}
     pod = team_pod(queue, uid, dataset_claim, checkpoint_claim, container)
+    pod["metadata"]["labels"] = dict(training.METRICS_LABELS)
     pod["spec"]["restartPolicy"] = "Never"  # Volcano restarts the whole gang, not single pods
     return {
         "schedulerName": volcano.SCHEDULER_NAME,

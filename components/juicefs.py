@@ -18,7 +18,8 @@ import pulumi_kubernetes as k8s
 from pydantic import Field
 
 from . import kube, versions
-from .metadata_backup import BackupSecrets, BackupSettings, backup_destination, metadata_backup
+from .bucket import ROLE_ANNOTATION, ScopedAccess, role_account
+from .metadata_backup import BACKUP_ACCOUNT, BackupSecrets, BackupSettings, backup_destination, metadata_backup
 from .section import DnsLabel, Section
 from .storage_tiers import Tier, TierClass
 
@@ -26,6 +27,14 @@ DRIVER = "csi.juicefs.com"
 SECRET_NAME = "juicefs-volume"
 CLIENT_ENV_SECRET = "juicefs-client-env"
 """Secret with one key per variable of the client's environment (for the backup, which is no CSI client)."""
+BACKUP_KEYS_SECRET = "juicefs-metadata-backup-keys"
+"""The metadata backup's keys (they reach only the backup prefix)."""
+MOUNT_ACCOUNT_PARAMETER = "juicefs/mount-service-account"
+"""StorageClass parameter (or PV volume attribute) naming the mount pods' ServiceAccount."""
+MOUNT_ACCOUNT = "juicefs-mount"
+"""ServiceAccount of the mount pods with IAM roles for service accounts (it carries the volume's role)."""
+CHART_ACCOUNTS = {"controller": "juicefs-csi-controller-sa", "node": "juicefs-csi-node-sa"}
+"""The chart's ServiceAccounts (its `serviceAccount.<part>.name` defaults)."""
 
 
 class CacheSettings(Section):
@@ -137,8 +146,10 @@ def mount_pod_patch(cache: CacheSettings) -> list[dict[str, Any]]:
     return [{"lifecycle": {"postStart": {"exec": {"command": command}}}}]
 
 
-def chart_values(cache: CacheSettings | None = None) -> dict[str, object]:
-    """Helm values of the juicefs-csi-driver release."""
+def chart_values(cache: CacheSettings | None = None, role_arn: pulumi.Input[str] | None = None) -> dict[str, object]:
+    """Helm values of the juicefs-csi-driver release; with ``role_arn`` (IAM roles for service accounts) the
+    controller's and node's ServiceAccounts carry the volume's role (the controller mounts the volume to make
+    and remove a claim's directory)."""
     values: dict[str, Any] = {
         "mountMode": "mountpod",
         "csidriver": {"disableHooks": True},
@@ -150,6 +161,8 @@ def chart_values(cache: CacheSettings | None = None) -> dict[str, object]:
     patch = mount_pod_patch(cache or CacheSettings())
     if patch:
         values["globalConfig"] = {"mountPodPatch": patch}
+    if role_arn is not None:
+        values["serviceAccount"] = {part: {"annotations": {ROLE_ANNOTATION: role_arn}} for part in CHART_ACCOUNTS}
     return values
 
 
@@ -167,6 +180,9 @@ class JuiceFSSource:
     secret_key: pulumi.Input[str]
     envs: Mapping[str, pulumi.Input[str]] = dataclasses.field(default_factory=dict)
     """Environment the client needs besides the URL (secret values; SENTINEL_PASSWORD with Sentinels)."""
+    role_arn: pulumi.Input[str] | None = None
+    """The volume's IAM role (AWS S3 with `oidcProviderArn`; the keys are empty then): the mount pods, the CSI
+    controller and node run under ServiceAccounts that carry it."""
 
 
 def volume_secret(v: JuiceFSSource) -> dict[str, pulumi.Input[str]]:
@@ -191,6 +207,8 @@ class JuiceFSArgs:
     settings: JuiceFSSettings
     volume: JuiceFSSource
     """The volume the driver's Secret and StorageClasses point at."""
+    backup: ScopedAccess | None = None
+    """What the metadata backup uploads with (its prefix only); required with `metadataBackup.enabled`."""
 
 
 class JuiceFS(pulumi.ComponentResource):
@@ -205,7 +223,11 @@ class JuiceFS(pulumi.ComponentResource):
         self._settings = s
         ns = kube.namespace(f"{name}-ns", s.namespace, "privileged", self)
         pin = versions.JUICEFS_CSI
-        self._driver = kube.release(f"{name}-csi-driver", pin, ns.metadata.name, chart_values(s.cache), self)
+        values = chart_values(s.cache, v.role_arn)
+        self._driver = kube.release(f"{name}-csi-driver", pin, ns.metadata.name, values, self)
+        self._mount_account = None
+        if v.role_arn is not None:
+            self._mount_account = role_account(f"{name}-mount-account", MOUNT_ACCOUNT, ns, v.role_arn, self)
         secret = k8s.core.v1.Secret(
             f"{name}-volume",
             metadata={"name": SECRET_NAME, "namespace": ns.metadata.name},
@@ -224,25 +246,90 @@ class JuiceFS(pulumi.ComponentResource):
         self._secret = secret
         self.secret_name = secret.metadata.name
         if s.metadata_backup.enabled:
-            secrets = BackupSecrets(SECRET_NAME, CLIENT_ENV_SECRET)
-            target = pulumi.Output.from_input(v.bucket_url).apply(lambda url: backup_destination(v.storage, url))
-            metadata_backup(
-                f"{name}-metadata-backup", s.metadata_backup, s.namespace, v.volume_name, target, secrets, secret, self
-            )
+            self._backup(name, s, v, ns, args.backup, secret)
         self.register_outputs({"secret_name": self.secret_name})
 
+    def _backup(
+        self,
+        name: str,
+        s: JuiceFSSettings,
+        v: JuiceFSSource,
+        ns: k8s.core.v1.Namespace,
+        access: ScopedAccess | None,
+        volume: k8s.core.v1.Secret,
+    ) -> None:
+        """The metadata backup CronJob, uploading with ``access`` (keys in a Secret of their own, or a
+        ServiceAccount with the backup's role)."""
+        if access is None:
+            raise TypeError("JuiceFSArgs.backup is required with juicefs.metadataBackup.enabled")
+        child = pulumi.ResourceOptions(parent=self)
+        after: list[pulumi.Resource] = [volume]
+        if access.role_arn is not None:
+            after.append(role_account(f"{name}-metadata-backup-account", BACKUP_ACCOUNT, ns, access.role_arn, self))
+        else:
+            after.append(
+                k8s.core.v1.Secret(
+                    f"{name}-metadata-backup-keys",
+                    metadata={"name": BACKUP_KEYS_SECRET, "namespace": ns.metadata.name},
+                    type="Opaque",
+                    string_data={"access-key": access.access_key, "secret-key": access.secret_key},
+                    opts=child,
+                )
+            )
+        secrets = BackupSecrets(SECRET_NAME, CLIENT_ENV_SECRET, BACKUP_KEYS_SECRET)
+        account = BACKUP_ACCOUNT if access.role_arn is not None else None
+        target = pulumi.Output.from_input(v.bucket_url).apply(lambda url: backup_destination(v.storage, url))
+        metadata_backup(
+            f"{name}-metadata-backup",
+            s.metadata_backup,
+            s.namespace,
+            v.volume_name,
+            target,
+            secrets,
+            after,
+            self,
+            account,
+        )
+
+    @property
+    def ready(self) -> list[pulumi.Resource]:
+        """The driver and the volume Secret: what a PersistentVolume of the volume waits for."""
+        return [self._driver, self._secret, *([self._mount_account] if self._mount_account else [])]
+
+    def static_volume(self, handle: str, subdir: str, read_only: bool) -> dict[str, Any]:
+        """A static PersistentVolume's ``csi`` and ``mountOptions`` that mount only ``subdir`` of the volume (the
+        mount pod runs `juicefs mount --subdir`; read-only mounts also get `ro` from the driver); the volume
+        Secret stays in the driver's namespace (``nodePublishSecretRef``)."""
+        secret = {"name": SECRET_NAME, "namespace": self._settings.namespace}
+        csi: dict[str, Any] = {
+            "driver": DRIVER,
+            "volumeHandle": handle,
+            "fsType": "juicefs",
+            "readOnly": read_only,
+            "nodePublishSecretRef": secret,
+        }
+        if self._mount_account is not None:  # IAM roles: the mount pod runs as the account with the volume's role
+            csi["volumeAttributes"] = {MOUNT_ACCOUNT_PARAMETER: MOUNT_ACCOUNT}
+        return {"csi": csi, "mountOptions": [*mount_options(self._settings.cache), f"subdir={subdir}"]}
+
     def tier_class(self, tier: Tier) -> TierClass:
-        """Any tier on JuiceFS: shared (RWX), object-backed, with the cache mount options."""
+        """Any tier on JuiceFS: shared (RWX), object-backed, with the cache mount options (and, with IAM roles
+        for service accounts, the mount pods' ServiceAccount)."""
         ns = self._settings.namespace
+        parameters = {
+            "csi.storage.k8s.io/provisioner-secret-name": SECRET_NAME,
+            "csi.storage.k8s.io/provisioner-secret-namespace": ns,
+            "csi.storage.k8s.io/node-publish-secret-name": SECRET_NAME,
+            "csi.storage.k8s.io/node-publish-secret-namespace": ns,
+        }
+        after: list[pulumi.Resource] = [self._driver, self._secret]
+        if self._mount_account is not None:
+            parameters[MOUNT_ACCOUNT_PARAMETER] = MOUNT_ACCOUNT
+            after.append(self._mount_account)
         return TierClass(
             provisioner=DRIVER,
-            parameters={
-                "csi.storage.k8s.io/provisioner-secret-name": SECRET_NAME,
-                "csi.storage.k8s.io/provisioner-secret-namespace": ns,
-                "csi.storage.k8s.io/node-publish-secret-name": SECRET_NAME,
-                "csi.storage.k8s.io/node-publish-secret-namespace": ns,
-            },
+            parameters=parameters,
             access_mode="ReadWriteMany",
             mount_options=mount_options(self._settings.cache),
-            depends_on=[self._driver, self._secret],
+            depends_on=after,
         )

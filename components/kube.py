@@ -51,8 +51,11 @@ def labels(app: str, component: str) -> dict[str, str]:
     }
 
 
-def namespace(name: str, ns: str, level: PodSecurity, parent: pulumi.Resource) -> k8s.core.v1.Namespace:
-    """A namespace with Pod Security Standard labels: ``enforce`` at ``level``, audit and warn at restricted."""
+def namespace(
+    name: str, ns: str, level: PodSecurity, parent: pulumi.Resource, extra_labels: Mapping[str, str] | None = None
+) -> k8s.core.v1.Namespace:
+    """A namespace with Pod Security Standard labels: ``enforce`` at ``level``, audit and warn at restricted (and
+    ``extra_labels``)."""
     return k8s.core.v1.Namespace(
         name,
         metadata={
@@ -62,6 +65,7 @@ def namespace(name: str, ns: str, level: PodSecurity, parent: pulumi.Resource) -
                 "pod-security.kubernetes.io/audit": "restricted",
                 "pod-security.kubernetes.io/warn": "restricted",
                 "app.kubernetes.io/part-of": "ai-storage-platform",
+                **(extra_labels or {}),
             },
         },
         opts=pulumi.ResourceOptions(parent=parent),
@@ -168,8 +172,8 @@ def checkov_skips(resources: Resources, *also: str) -> dict[str, str]:
 def ingress_policy(
     name: str, ns: pulumi.Input[str], pod_labels: dict[str, str], ports: Sequence[int], parent: pulumi.Resource
 ) -> k8s.networking.v1.NetworkPolicy:
-    """A NetworkPolicy denying the selected pods all ingress except TCP ``ports`` (from any source: JuiceFS
-    mount pods run on the host network, which pod and namespace selectors do not match)."""
+    """A NetworkPolicy denying the selected pods all ingress except TCP ``ports`` from any source (who may reach
+    the metadata engine and MinIO is ``network_policies``' business)."""
     spec: dict[str, Any] = {"podSelector": {"matchLabels": pod_labels}, "policyTypes": ["Ingress"]}
     if ports:
         spec["ingress"] = [{"ports": [{"protocol": "TCP", "port": port} for port in ports]}]

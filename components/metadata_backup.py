@@ -12,7 +12,7 @@ from pydantic import Field
 
 from . import kube
 from .bucket import object_url, sync_container
-from .section import Resources, Section
+from .section import Cron, Resources, Section
 
 
 class BackupSettings(Section):
@@ -20,13 +20,17 @@ class BackupSettings(Section):
 
     enabled: bool = True
     """Run the metadata backup CronJob."""
-    schedule: str = Field("17 */6 * * *", pattern=r"^(\S+\s+){4}\S+$")
+    schedule: Cron = "17 */6 * * *"
     """Cron schedule of the backup (five fields, cluster time zone)."""
     retention_days: int = Field(14, ge=1, le=3650)
     """Days a backup is kept; the bucket expires older ones under `meta-backups/`."""
 
 
 BACKUP_PREFIX = "meta-backups/"
+BACKUP_CRONJOB = "juicefs-metadata-backup"
+"""Name of the backup CronJob (the protection alerts select it so)."""
+BACKUP_ACCOUNT = "juicefs-metadata-backup"
+"""ServiceAccount of the backup with IAM roles for service accounts (it carries the backup's role)."""
 
 
 def backup_destination(storage: str, bucket_url: str) -> tuple[str, list[str]]:
@@ -40,11 +44,15 @@ def backup_script(sync_flags: list[str]) -> str:
     return "\n".join(
         [
             "set -eu",
-            "# Credentials come from the volume Secret mounted as files, never from the environment.",
+            "# Credentials come from Secrets mounted as files, never from the environment: the metadata URL from",
+            "# the volume Secret, the keys (which reach only the backup prefix) from the backup's own Secret;",
+            "# without keys (IAM roles for service accounts) the client uses the pod's role.",
             'METAURL="$(cat "$SECRETS/metaurl")"',
-            'AWS_ACCESS_KEY_ID="$(cat "$SECRETS/access-key")"',
-            'AWS_SECRET_ACCESS_KEY="$(cat "$SECRETS/secret-key")"',
-            "export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY",
+            'if [ -s "$KEYS/access-key" ]; then',
+            '  AWS_ACCESS_KEY_ID="$(cat "$KEYS/access-key")"',
+            '  AWS_SECRET_ACCESS_KEY="$(cat "$KEYS/secret-key")"',
+            "  export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY",
+            "fi",
             "# The client's environment (SENTINEL_PASSWORD with Sentinels), one file per variable.",
             'for f in "$CLIENT_ENV"/*; do [ -f "$f" ] && export "$(basename "$f")=$(cat "$f")"; done',
             'stamp="$(date -u +%Y%m%dT%H%M%SZ)"',
@@ -60,22 +68,30 @@ def backup_script(sync_flags: list[str]) -> str:
 BACKUP_RESOURCES = Resources(cpu_request="100m", cpu_limit="1", memory_request="256Mi", memory_limit="2Gi")
 SECRETS_DIR = "/run/secrets/juicefs"
 """Where the backup reads the volume Secret (files, never environment variables)."""
+KEYS_DIR = "/run/secrets/backup-keys"
+"""Where the backup reads its own keys."""
 CLIENT_ENV_DIR = "/run/secrets/juicefs-env"
 
 
 @dataclass(frozen=True)
 class BackupSecrets:
-    """The Secrets the backup reads as files: the volume Secret and the client's environment (optional)."""
+    """The Secrets the backup reads as files: the volume Secret (for the metadata URL), the client's environment
+    (optional) and the backup's keys (absent with IAM roles for service accounts)."""
 
     volume: str
     client_env: str
+    keys: str
 
 
 def backup_cronjob_spec(
-    backup: BackupSettings, volume_name: str, target: pulumi.Output[tuple[str, list[str]]], secrets: BackupSecrets
+    backup: BackupSettings,
+    volume_name: str,
+    target: pulumi.Output[tuple[str, list[str]]],
+    secrets: BackupSecrets,
+    account: str | None = None,
 ) -> dict[str, Any]:
     """The backup CronJob's ``spec``: one run at a time, ``juicefs dump`` then ``juicefs sync`` to ``target``
-    (the destination and its sync flags)."""
+    (the destination and its sync flags), as ServiceAccount ``account`` when given (IAM roles)."""
     dump = sync_container(
         "dump",
         BACKUP_RESOURCES,
@@ -84,22 +100,29 @@ def backup_cronjob_spec(
         env=[
             {"name": "VOLUME", "value": volume_name},
             {"name": "SECRETS", "value": SECRETS_DIR},
+            {"name": "KEYS", "value": KEYS_DIR},
             {"name": "CLIENT_ENV", "value": CLIENT_ENV_DIR},
         ],
         mounts=[
             {"name": "backup", "mountPath": "/backup"},
             {"name": "volume", "mountPath": SECRETS_DIR, "readOnly": True},
+            {"name": "keys", "mountPath": KEYS_DIR, "readOnly": True},
             {"name": "client-env", "mountPath": CLIENT_ENV_DIR, "readOnly": True},
         ],
     )
     volumes = [
         {"name": "backup", "emptyDir": {}},
         kube.TMP_VOLUME,
-        {"name": "volume", "secret": {"secretName": secrets.volume}},
+        # Only the metadata URL of the volume Secret: its keys reach the JuiceFS data, not the backups.
+        {"name": "volume", "secret": {"secretName": secrets.volume, "items": [{"key": "metaurl", "path": "metaurl"}]}},
+        {"name": "keys", "secret": {"secretName": secrets.keys, "optional": True}},
         {"name": "client-env", "secret": {"secretName": secrets.client_env, "optional": True}},
     ]
     labels = kube.labels("juicefs-metadata-backup", "metadata-backup")
-    template = kube.pod_template(labels, [dump], volumes, restartPolicy="OnFailure")
+    spec: dict[str, Any] = {"restartPolicy": "OnFailure"}
+    if account is not None:
+        spec["serviceAccountName"] = account
+    template = kube.pod_template(labels, [dump], volumes, **spec)
     return kube.cronjob_spec(backup.schedule, template, kept_successes=3)
 
 
@@ -110,13 +133,15 @@ def metadata_backup(
     volume_name: str,
     target: pulumi.Output[tuple[str, list[str]]],
     secrets: BackupSecrets,
-    after: pulumi.Resource,
+    after: list[pulumi.Resource],
     parent: pulumi.Resource,
+    account: str | None = None,
 ) -> k8s.batch.v1.CronJob:
-    """The backup CronJob in ``namespace``, created once ``after`` (the volume Secret) exists."""
+    """The backup CronJob in ``namespace`` (as ServiceAccount ``account`` when given), created once ``after``
+    (the Secrets or ServiceAccount it uses) exist."""
     return k8s.batch.v1.CronJob(
         name,
-        metadata=kube.workload_metadata("juicefs-metadata-backup", namespace, BACKUP_RESOURCES),
-        spec=backup_cronjob_spec(backup, volume_name, target, secrets),
-        opts=pulumi.ResourceOptions(parent=parent, depends_on=[after]),
+        metadata=kube.workload_metadata(BACKUP_CRONJOB, namespace, BACKUP_RESOURCES),
+        spec=backup_cronjob_spec(backup, volume_name, target, secrets, account),
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=after),
     )

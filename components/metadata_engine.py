@@ -24,7 +24,6 @@ from . import kube
 from .elasticache import ElastiCacheSettings, elasticache_engine
 from .redis import (
     CONFIG_SECRET,
-    EXPORTER_PORT,
     PORT,
     MetadataEndpoint,
     RedisSettings,
@@ -144,13 +143,11 @@ def standalone_engine(
         spec={"selector": labels, "ports": [{"name": "redis", "port": PORT, "targetPort": PORT}]},
         opts=child,
     )
-    ports = [PORT, EXPORTER_PORT] if exporter else [PORT]
-    policy = kube.ingress_policy(f"{name}-network-policy", ns.metadata.name, labels, ports, parent)
     k8s.apps.v1.StatefulSet(
         f"{name}-redis",
         metadata=kube.workload_metadata("redis", ns.metadata.name, s.resources, labels),
         spec=statefulset_spec(s, labels, exporter),
-        opts=kube.stateful(parent, protect, depends_on=[config, service, policy]),
+        opts=kube.stateful(parent, protect, depends_on=[config, service]),
     )
     host = pulumi.Output.concat("redis.", ns.metadata.name, ".svc.cluster.local")
     url = pulumi.Output.format("redis://:{0}@{1}:{2}/{3}", password.result, host, PORT, s.database)

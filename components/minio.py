@@ -2,13 +2,16 @@
 
 MinIO publishes no images after October 2025: the StatefulSet runs the last published image, pinned in
 ``versions``. Root credentials come from pulumi-random and are mounted as files; a Job creates the bucket
-(idempotently) and applies the lifecycle rules that expire backups.
+(idempotently) and applies the lifecycle rules that expire backups. Each scope (``ObjectStore.scoped_access``)
+is a MinIO user with the prefix policy, created by a Job of its own: a new scope adds a Job and leaves the
+others as they are (a Job's pod template cannot change in place).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pulumi
@@ -17,7 +20,7 @@ import pulumi_random as random
 from pydantic import Field
 
 from . import kube, versions
-from .bucket import Bucket
+from .bucket import ACCOUNT_ANNOTATION, PREFIX_ANNOTATION, Bucket, ScopedAccess, Scoper, prefix_policy
 from .section import Problem, Quantity, Resources, Section
 
 PORT = 9000
@@ -25,6 +28,8 @@ ROOT_DIR = "/run/secrets/minio-root"
 """Where MinIO and the bucket Job read the root credentials (files, not environment variables)."""
 ROOT_MOUNT = {"name": "root-credentials", "mountPath": ROOT_DIR, "readOnly": True}
 ROOT_VOLUME = {"name": "root-credentials", "secret": {"secretName": "minio-root"}}
+SCOPE_DIR = "/run/secrets/minio-scope"
+"""Where a scope Job reads the scope's keys (files, not environment variables)."""
 JOB_RESOURCES = Resources(memory_limit="128Mi", memory_request="64Mi", cpu_request="50m", cpu_limit="500m")
 
 
@@ -123,6 +128,96 @@ def bucket_job_spec(bucket: str, namespace: str, expirations: Mapping[str, int])
     return {"backoffLimit": 10, "template": template}
 
 
+def scope_script() -> str:
+    """Shell a scope Job runs: add (or update) the scope's user, create (or replace) its policy, attach it.
+    Attaching a policy that is already attached fails in ``mc``; the user's info then shows it."""
+    return (
+        f'mc alias set store "$ENDPOINT" "$(cat {ROOT_DIR}/MINIO_ROOT_USER)" "$(cat {ROOT_DIR}/MINIO_ROOT_PASSWORD)"\n'
+        f'user="$(cat {SCOPE_DIR}/access-key)"\n'
+        f'mc admin user add store "$user" "$(cat {SCOPE_DIR}/secret-key)"\n'
+        'printf %s "$POLICY_DOCUMENT" > /tmp/policy.json\n'
+        'mc admin policy create store "$POLICY" /tmp/policy.json\n'
+        'mc admin policy attach store "$POLICY" --user "$user" ||\n'
+        '  mc admin user info store "$user" | grep -q "$POLICY"\n'
+        'echo "user of scope $POLICY ready"\n'
+    )
+
+
+def scope_job_spec(
+    scope: str, namespace: str, policy: str, keys_secret: str, checksum: pulumi.Input[str]
+) -> dict[str, Any]:
+    """The ``spec`` of the Job that makes the MinIO user of one scope with ``policy`` (named ``scope-<scope>``),
+    the keys read from ``keys_secret``; ``checksum`` (of the keys) in the pod template re-runs it when they change."""
+    mc = kube.container(
+        "mc",
+        versions.MINIO_CLIENT_IMAGE,
+        JOB_RESOURCES,
+        command=["/bin/sh", "-ec"],
+        args=[scope_script()],
+        env=[
+            {"name": "MC_CONFIG_DIR", "value": "/tmp/mc"},
+            {"name": "ENDPOINT", "value": f"http://minio.{namespace}.svc:{PORT}"},
+            {"name": "POLICY", "value": f"scope-{scope}"},
+            {"name": "POLICY_DOCUMENT", "value": policy},
+        ],
+        volumeMounts=[kube.TMP_MOUNT, ROOT_MOUNT, {"name": "scope", "mountPath": SCOPE_DIR, "readOnly": True}],
+    )
+    volumes = [kube.TMP_VOLUME, ROOT_VOLUME, {"name": "scope", "secret": {"secretName": keys_secret}}]
+    labels = {**kube.labels("minio-scope", "object-store"), "ai-storage-platform/scope": scope}
+    template = kube.pod_template(labels, [mc], volumes, restartPolicy="OnFailure")
+    template["metadata"]["annotations"] = {"ai-storage-platform/scope-checksum": checksum}
+    return {"backoffLimit": 10, "template": template}
+
+
+def _checksum(*values: str) -> str:
+    """A digest that changes with the scope's keys (it reveals neither)."""
+    return hashlib.sha256("\0".join(values).encode()).hexdigest()[:16]
+
+
+def minio_scoper(store: str, bucket: str, ns: k8s.core.v1.Namespace, namespace: str, after: list[Any]) -> Scoper:
+    """Credentials for one prefix of ``bucket``: a MinIO user (generated keys) with the prefix policy, created
+    by its own Job once MinIO (``after``) is up."""
+
+    def scope(
+        name: str, prefix: str, service_accounts: Sequence[tuple[str, str]], opts: pulumi.ResourceOptions
+    ) -> ScopedAccess:
+        user = random.RandomString(f"{store}-{name}-user", length=20, special=False, upper=False, opts=opts)
+        password = random.RandomPassword(f"{store}-{name}-password", length=40, special=False, opts=opts)
+        access_key: pulumi.Output[str] = pulumi.Output.secret(user.result)
+        policy = prefix_policy(bucket, prefix)
+        ns_name, account = service_accounts[0]
+        labels = {**kube.labels("minio-scope", "object-store"), "ai-storage-platform/scope": name}
+        scope_annotations = {PREFIX_ANNOTATION: prefix, ACCOUNT_ANNOTATION: f"{ns_name}/{account}"}
+        keys_name = f"minio-scope-{name}"[:63]
+        keys = k8s.core.v1.Secret(
+            f"{store}-{name}-keys",
+            metadata={
+                "name": keys_name,
+                "namespace": ns.metadata.name,
+                "labels": labels,
+                "annotations": scope_annotations,
+            },
+            type="Opaque",
+            string_data={"access-key": access_key, "secret-key": password.result},
+            opts=opts,
+        )
+        # A digest reveals nothing of the keys: unsecret it, or the whole Job spec would be hidden in plans.
+        checksum = pulumi.Output.unsecret(
+            pulumi.Output.all(access_key, password.result).apply(lambda k: _checksum(k[0], k[1]))
+        )
+        k8s.batch.v1.Job(
+            f"{store}-{name}-user-job",
+            metadata=kube.workload_metadata(
+                f"minio-scope-{name}"[:63], ns.metadata.name, JOB_RESOURCES, labels, scope_annotations
+            ),
+            spec=scope_job_spec(name, namespace, policy, keys_name, checksum),
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[*after, keys])),
+        )
+        return ScopedAccess(prefix, access_key, pulumi.Output.secret(password.result), None)
+
+    return scope
+
+
 def services(name: str, ns: k8s.core.v1.Namespace, labels: dict[str, str], parent: pulumi.Resource) -> list[Any]:
     """The headless Service the servers find each other through, and the S3 Service clients use."""
     port = [{"name": "s3", "port": PORT, "targetPort": PORT}]
@@ -167,23 +262,25 @@ def minio_bucket(
     )
     labels = kube.labels("minio", "object-store")
     headless, service = services(name, ns, labels, parent)
-    policy = kube.ingress_policy(f"{name}-network-policy", ns.metadata.name, labels, [PORT], parent)
     statefulset = k8s.apps.v1.StatefulSet(
         f"{name}-minio",
         metadata=kube.workload_metadata("minio", ns.metadata.name, m.resources, labels),
         spec=statefulset_spec(m, namespace, labels, metrics),
-        opts=kube.stateful(parent, protect, depends_on=[root, headless, policy]),
+        opts=kube.stateful(parent, protect, depends_on=[root, headless]),
     )
     job_labels = kube.labels("minio-bucket", "object-store")
     job_policy = kube.ingress_policy(f"{name}-bucket-network-policy", ns.metadata.name, job_labels, [], parent)
-    k8s.batch.v1.Job(
+    bucket_job = k8s.batch.v1.Job(
         f"{name}-bucket",
         metadata=kube.workload_metadata(f"minio-bucket-{bucket}"[:63], ns.metadata.name, JOB_RESOURCES),
         spec=bucket_job_spec(bucket, namespace, expirations),
         opts=pulumi.ResourceOptions(parent=parent, depends_on=[statefulset, service, job_policy]),
     )
+    scope_labels = kube.labels("minio-scope", "object-store")
+    scope_policy = kube.ingress_policy(f"{name}-scope-network-policy", ns.metadata.name, scope_labels, [], parent)
     endpoint = pulumi.Output.concat("http://minio.", namespace, f".svc.cluster.local:{PORT}")
     return Bucket(
+        scope=minio_scoper(name, bucket, ns, namespace, [statefulset, service, bucket_job, scope_policy]),
         storage_type="minio",
         endpoint=endpoint,
         bucket=pulumi.Output.from_input(bucket),

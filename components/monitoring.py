@@ -5,7 +5,9 @@ For a cluster that runs the Prometheus Operator (kube-prometheus-stack, say). Sc
 pods and CSI driver (PodMonitors, port `metrics`), the metadata engine (a redis_exporter beside every Redis and
 Sentinel, added by MetadataEngine), the Volcano scheduler and controllers (the queues' PodGroup counts come from
 the controllers), MinIO, Fluid's controllers and its JuiceFSRuntime FUSE and worker pods (JuiceFS clients with
-the same metrics as the mount pods; the chart has no metrics values, so PodMonitors on the declared ports).
+the same metrics as the mount pods; the chart has no metrics values, so PodMonitors on the declared ports), and
+every training pod that runs the training library, in any namespace (label `ai-storage-platform/metrics:
+training`, port `train-metrics`: the platform's runtimes and the team jobs set both).
 Rook-Ceph (the CephCluster's `monitoring`) and TopoLVM (its chart's PodMonitors) create their own, with the same
 selection labels. Every object the operator reads waits for its CRDs: without the operator, the preview stops with
 the name of the missing CRD before anything is created (set `monitoring.enabled: false` there).
@@ -25,6 +27,7 @@ from . import kube
 from .alert_rules import DURATION, RuleSettings, rule_groups
 from .dashboards import dashboards
 from .section import DnsLabel, Resources, Section
+from .training import METRICS_LABELS, METRICS_PORT_NAME
 
 API = "monitoring.coreos.com/v1"
 CRDS = ("servicemonitors", "podmonitors", "prometheusrules")
@@ -88,14 +91,18 @@ class MonitoringArgs:
     """What the scrape objects wait for (the releases and workloads they select)."""
 
 
-def pod_monitor_spec(selector: Mapping[str, Any], interval: str, namespaces: Sequence[str] = ()) -> dict[str, Any]:
-    """A PodMonitor ``spec``: port `metrics` of the pods ``selector`` (a label selector) picks, in the
-    PodMonitor's own namespace or in ``namespaces``."""
+def pod_monitor_spec(
+    selector: Mapping[str, Any], interval: str, namespaces: Sequence[str] | None = (), port: str = "metrics"
+) -> dict[str, Any]:
+    """A PodMonitor ``spec``: ``port`` of the pods ``selector`` (a label selector) picks, in the PodMonitor's own
+    namespace, in ``namespaces``, or in any namespace (``None``)."""
     spec: dict[str, Any] = {
         "selector": dict(selector),
-        "podMetricsEndpoints": [{"port": "metrics", "interval": interval}],
+        "podMetricsEndpoints": [{"port": port, "interval": interval}],
     }
-    if namespaces:
+    if namespaces is None:
+        spec["namespaceSelector"] = {"any": True}
+    elif namespaces:
         spec["namespaceSelector"] = {"matchNames": sorted(set(namespaces))}
     return spec
 
@@ -130,7 +137,7 @@ class Monitoring(pulumi.ComponentResource):
             for crd in CRDS
         ]
         self._after = [*self._crds, *(args.after or [])]
-        ns = kube.namespace(f"{name}-ns", s.namespace, "restricted", self)
+        ns = self._ns = kube.namespace(f"{name}-ns", s.namespace, "restricted", self)
         self._scrape_objects(args)
         rules = self._custom(
             "rules",
@@ -190,6 +197,9 @@ class Monitoring(pulumi.ComponentResource):
         if args.minio_namespace:
             spec = service_monitor_spec(kube.labels("minio", "object-store"), "s3", every, "/minio/v2/metrics/cluster")
             self._custom("minio", "ServiceMonitor", "minio", args.minio_namespace, spec)
+        # Training pods run in the platform's workload namespace and in every team's: any namespace.
+        spec = pod_monitor_spec({"matchLabels": METRICS_LABELS}, every, None, METRICS_PORT_NAME)
+        self._custom("training-jobs", "PodMonitor", "training-jobs", self._settings.namespace, spec, (self._ns,))
 
     def _custom(
         self, role: str, kind: str, cr_name: str, namespace: str, spec: dict[str, Any], after: tuple[Any, ...] = ()

@@ -3,12 +3,13 @@
 MinIO community edition is frozen (no images after October 2025): it is kept for dev clusters, pinned to
 the last published image. AWS S3 (through pulumi-aws) and Ceph RGW (run by RookCeph) are the maintained
 backends. Each backend is a module (``minio``, ``s3``, ``ceph_rgw``) that hands back a ``Bucket``; this
-component owns the namespace and the credentials Secret every client reads.
+component owns the namespace and the admin credentials Secret. Clients get credentials that reach only their
+own prefix from :meth:`ObjectStore.scoped_access` (the same IAM policy document on every backend).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -17,8 +18,8 @@ import pulumi_kubernetes as k8s
 from pydantic import Field
 
 from . import kube
-from .bucket import Bucket
-from .ceph_rgw import rgw_bucket
+from .bucket import Bucket, ScopedAccess, check_prefix
+from .ceph_rgw import RgwScopes, rgw_bucket
 from .minio import MinioSettings, minio_bucket
 from .rook_ceph import RgwGateway
 from .s3 import S3Settings, s3_bucket
@@ -67,21 +68,26 @@ class ObjectStore(pulumi.ComponentResource):
     storage_type: str
     """JuiceFS storage type for this backend (`minio`, or `s3` for AWS S3 and Ceph RGW)."""
     access_key: pulumi.Output[str]
-    """Access key id (secret; empty when IAM roles for service accounts are used)."""
+    """Admin access key id (secret): MinIO's root user, the RGW bucket owner; empty on AWS S3. No client of the
+    platform uses it: each gets :meth:`scoped_access`."""
     secret_key: pulumi.Output[str]
-    """Secret access key (secret; empty when IAM roles for service accounts are used)."""
+    """Admin secret access key (secret; empty on AWS S3)."""
     credentials_secret: pulumi.Output[str]
     """Name of the Kubernetes Secret holding `access-key`, `secret-key`, `endpoint` and `bucket`."""
-    role_arn: pulumi.Output[str] | None
-    """IAM role for service accounts (S3 with `oidcProviderArn` only)."""
+    scopes: dict[str, ScopedAccess]
+    """Every scoped access made so far, by name."""
 
     def __init__(self, name: str, args: ObjectStoreArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ai-storage:object_store:ObjectStore", name, None, opts)
         s = args.settings
+        self._name = name
+        self.scopes = {}
+        self._rgw_scopes: RgwScopes | None = None
         ns = kube.namespace(f"{name}-ns", s.namespace, "restricted", self)
         store = self._bucket(name, args, ns)
+        self._scope = store.scope
         self.storage_type, self.endpoint, self.bucket = store.storage_type, store.endpoint, store.bucket
-        self.bucket_url, self.role_arn = store.bucket_url, store.role_arn
+        self.bucket_url = store.bucket_url
         self.access_key, self.secret_key = store.access_key, store.secret_key
         secret = k8s.core.v1.Secret(
             f"{name}-credentials",
@@ -116,4 +122,31 @@ class ObjectStore(pulumi.ComponentResource):
             return s3_bucket(name, s.bucket, s.s3, args.protect, args.expirations, self)
         if args.rgw is None:
             raise TypeError("ObjectStoreArgs.rgw is required with objectStore.backend ceph-rgw (RookCeph.rgw)")
-        return rgw_bucket(name, s.bucket, args.rgw, args.protect, self)
+        bucket, self._rgw_scopes = rgw_bucket(name, s.bucket, args.rgw, args.protect, self)
+        return bucket
+
+    def scoped_access(
+        self,
+        name: str,
+        prefix: str,
+        service_account: tuple[str, str],
+        opts: pulumi.ResourceOptions | None = None,
+        *,
+        also_trusted: Sequence[tuple[str, str]] = (),
+    ) -> ScopedAccess:
+        """Credentials that list, read, write and delete only under ``prefix`` (e.g. ``checkpoints/vision/``), for
+        the pods of ``service_account`` (namespace, name): on S3 with `oidcProviderArn`, a role only that service
+        account (and ``also_trusted``) can assume; otherwise keys, and the service account is only recorded.
+        ``name`` (a DNS label, unique per store) names the user, role or Job."""
+        check_prefix(prefix)
+        if name in self.scopes:
+            raise ValueError(f"object-store scope {name!r} exists already (prefix {self.scopes[name].prefix!r})")
+        child = pulumi.ResourceOptions.merge(pulumi.ResourceOptions(parent=self), opts)
+        access = self._scope(name, prefix, [service_account, *also_trusted], child)
+        self.scopes[name] = access
+        return access
+
+    def finish(self) -> None:
+        """Write what needs every scope at once (the ceph-rgw bucket policy); call after the last scoped_access."""
+        if self._rgw_scopes is not None:
+            self._rgw_scopes.bucket_claim()

@@ -9,17 +9,21 @@ from typing import Any
 import pulumi
 
 from .acceptance import StorageAcceptance, StorageAcceptanceArgs
-from .checkpoints import OFFSITE_PREFIX, OffsiteTarget
+from .checkpoints import OFFSITE_PREFIX, OffsiteTarget, offsite_account
 from .fluid import BucketSource, Fluid, FluidArgs
-from .juicefs import JuiceFS, JuiceFSArgs, JuiceFSSource
+from .fluid_dataset import DatasetSettings, bucket_prefix
+from .juicefs import CHART_ACCOUNTS, MOUNT_ACCOUNT, JuiceFS, JuiceFSArgs, JuiceFSSource
 from .local_nvme import LocalNVMe, LocalNVMeArgs
-from .metadata_backup import BACKUP_PREFIX
+from .metadata_backup import BACKUP_ACCOUNT, BACKUP_PREFIX
 from .metadata_engine import MetadataEngine, MetadataEngineArgs, previous_engine
 from .monitoring import Monitoring, MonitoringArgs
-from .object_store import ObjectStore, ObjectStoreArgs
+from .network_policies import NetworkPolicies, NetworkPoliciesArgs
+from .object_store import ObjectStore, ObjectStoreArgs, ScopedAccess
+from .quotas import claim_class_policy
 from .rook_ceph import RookCeph, RookCephArgs
 from .settings import PlatformSettings
-from .storage_tiers import StorageTiers, StorageTiersArgs, TierBackend
+from .storage_tiers import TIERS, StorageTiers, StorageTiersArgs, TierBackend, class_name
+from .tenants import Teams, TeamsArgs
 from .training import Training, TrainingArgs
 from .volcano import Volcano, VolcanoArgs
 
@@ -28,7 +32,7 @@ def expirations(s: PlatformSettings) -> dict[str, int]:
     """The object-store expiries that enforce the retention of the metadata backups and the offsite checkpoints."""
     backup = s.juicefs.metadata_backup
     found = {BACKUP_PREFIX: backup.retention_days} if s.juicefs.enabled and backup.enabled else {}
-    if s.checkpoints.offsite.enabled:
+    if s.checkpoints.offsite.enabled or any(t.offsite for t in s.teams.workspaces):  # teams copy there too
         found[OFFSITE_PREFIX] = s.checkpoints.offsite_retention_days
     return found
 
@@ -58,6 +62,8 @@ class Platform(pulumi.ComponentResource):
     """The Volcano scheduler (when enabled)."""
     fluid: Fluid | None
     """Fluid dataset caching (when enabled)."""
+    teams: Teams | None
+    """The team namespaces the platform vends (when `teams.workspaces` lists any)."""
 
     def __init__(self, name: str, args: PlatformArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ai-storage:platform:Platform", name, None, opts)
@@ -81,30 +87,73 @@ class Platform(pulumi.ComponentResource):
         self.object_store = ObjectStore(f"{name}-object-store", store_args, child)
         self.metadata = None
         self._volume: JuiceFSSource | None = None
+        juicefs = None
         if s.juicefs.enabled:
             previous = pulumi.Output.from_input(args.previous_outputs).apply(lambda o: previous_engine(o or {}))
             exporter = m.exporter_resources if m.enabled else None
             metadata = MetadataEngineArgs(s.metadata, protect, previous, exporter)
             self.metadata = MetadataEngine(f"{name}-metadata", metadata, child)
             store = self.object_store
+            volume = self._volume_access(s)
             self._volume = JuiceFSSource(
                 s.juicefs.volume_name,
                 self.metadata.url,
                 store.storage_type,
                 store.bucket_url,
-                store.access_key,
-                store.secret_key,
+                volume.access_key,
+                volume.secret_key,
                 self.metadata.client_env,
+                volume.role_arn,
             )
-            backends["juicefs"] = JuiceFS(f"{name}-juicefs", JuiceFSArgs(s.juicefs, self._volume), child)
+            backup = None
+            if s.juicefs.metadata_backup.enabled:
+                account = (s.juicefs.namespace, BACKUP_ACCOUNT)
+                backup = store.scoped_access("metadata-backup", BACKUP_PREFIX, account)
+            juicefs = JuiceFS(f"{name}-juicefs", JuiceFSArgs(s.juicefs, self._volume, backup), child)
+            backends["juicefs"] = juicefs
         tiers = StorageTiers(f"{name}-tiers", StorageTiersArgs(s.tiers, backends), child)
         self.storage_classes = tiers.classes
         if s.acceptance.enabled:
             StorageAcceptance(f"{name}-acceptance", StorageAcceptanceArgs(s.acceptance, tiers.classes), child)
         self._scheduling(name, s, tiers)
+        self.teams = None
+        if s.teams.workspaces:
+            teams = TeamsArgs(
+                s.teams,
+                s.tiers.name_prefix,
+                self.object_store,
+                juicefs,
+                self.volcano.release if self.volcano else None,
+                self.fluid,
+                s.fluid.datasets if s.fluid.enabled else (),
+                protect,
+            )
+            self.teams = Teams(f"{name}-teams", teams, child)
         if m.enabled:
             self._monitoring(name, s)
+        self._walls(name, s)
+        # Last: the ceph-rgw bucket policy needs every scoped access asked for above.
+        self.object_store.finish()
         self.register_outputs({"storage_classes": self.storage_classes})
+
+    def _volume_access(self, s: PlatformSettings) -> ScopedAccess:
+        """The JuiceFS volume's access: only its data prefix (`juicefs format` stores a volume under
+        `<volume name>/`); with IAM roles, a role for the mount pods and the CSI controller and node."""
+        ns = s.juicefs.namespace
+        chart = [(ns, account) for account in CHART_ACCOUNTS.values()]
+        extra = [tuple(a.split(":", 1)) for a in s.object_store.s3.service_accounts]
+        trusted = [*chart, *((a[0], a[1]) for a in extra if (a[0], a[1]) not in chart)]
+        volume = s.juicefs.volume_name
+        return self.object_store.scoped_access(
+            "juicefs-volume", f"{volume}/", (ns, MOUNT_ACCOUNT), also_trusted=trusted
+        )
+
+    def _dataset_bucket(self, d: DatasetSettings) -> BucketSource:
+        """The bucket as an Alluxio dataset reaches it: keys of the dataset's directory only (Fluid's runtimes
+        name no ServiceAccount: their pods run as the namespace's default)."""
+        store = self.object_store
+        access = store.scoped_access(f"fluid-{d.namespace}-{d.name}", bucket_prefix(d.path), (d.namespace, "default"))
+        return BucketSource(store.endpoint, store.bucket, access.access_key, access.secret_key)
 
     def _monitoring(self, name: str, s: PlatformSettings) -> None:
         """Scrape objects for the parts this stack runs, its alert rules and dashboards."""
@@ -126,15 +175,39 @@ class Platform(pulumi.ComponentResource):
         )
         Monitoring(f"{name}-monitoring", args, pulumi.ResourceOptions(parent=self))
 
+    def _walls(self, name: str, s: PlatformSettings) -> None:
+        """What keeps team namespaces off the platform: claims only on the tier classes, and NetworkPolicies
+        around the metadata engine and MinIO."""
+        child = pulumi.ResourceOptions(parent=self)
+        classes = [class_name(s.tiers, tier) for tier in TIERS if getattr(s.tiers, tier) != "none"]
+        claim_class_policy(name, classes, s.fluid.namespace if s.fluid.enabled else None, self)
+        if not s.network_policies.enabled:
+            return
+        datasets = s.fluid.datasets if s.fluid.enabled else []
+        juicefs = [s.juicefs.namespace] if s.juicefs.enabled else []
+        juicefs += [d.namespace for d in datasets if d.runtime == "juicefs"]
+        bucket = [d.namespace for d in datasets]
+        if s.training.enabled and s.volcano.enabled and s.checkpoints.offsite.enabled:
+            bucket.append(s.training.workload_namespace)  # the platform's offsite copy runs there
+        in_cluster = s.juicefs.enabled and s.metadata.engine != "elasticache"
+        args = NetworkPoliciesArgs(
+            s.network_policies,
+            metadata_namespace=s.metadata.namespace if in_cluster else None,
+            minio_namespace=s.object_store.namespace if s.object_store.backend == "minio" else None,
+            juicefs_clients=juicefs,
+            bucket_clients=bucket,
+            monitoring=s.monitoring.enabled,
+            after=[c for c in (self.object_store, self.metadata) if c is not None],
+        )
+        NetworkPolicies(f"{name}-network-policies", args, child)
+
     def _scheduling(self, name: str, s: PlatformSettings, tiers: StorageTiers) -> None:
         """Volcano, then Fluid, then the training operator (its runtimes mount Fluid's dataset claims)."""
         child = pulumi.ResourceOptions(parent=self)
         self.volcano = Volcano(f"{name}-volcano", VolcanoArgs(s.volcano), child) if s.volcano.enabled else None
         self.fluid = None
         if s.fluid.enabled:
-            store = self.object_store
-            bucket = BucketSource(store.endpoint, store.bucket, store.access_key, store.secret_key)
-            self.fluid = Fluid(f"{name}-fluid", FluidArgs(s.fluid, bucket, self._volume), child)
+            self.fluid = Fluid(f"{name}-fluid", FluidArgs(s.fluid, self._dataset_bucket, self._volume), child)
         if s.training.enabled and self.volcano is not None:
             t = s.training
             shared = self.fluid.namespaces.get(t.workload_namespace) if self.fluid else None
@@ -144,7 +217,15 @@ class Platform(pulumi.ComponentResource):
                 if s.fluid.enabled and s.fluid.data_affinity == "required" and d.namespace == t.workload_namespace
             ]
             store = self.object_store
-            offsite = OffsiteTarget(store.storage_type, store.bucket_url, store.access_key, store.secret_key)
+            offsite = None
+            if s.checkpoints.offsite.enabled:
+                ns = t.workload_namespace
+                access = store.scoped_access(
+                    f"offsite-{ns}", f"{OFFSITE_PREFIX}{ns}/", (ns, offsite_account(t.checkpoint_claim))
+                )
+                offsite = OffsiteTarget(
+                    store.storage_type, store.bucket_url, access.access_key, access.secret_key, access.role_arn
+                )
             args = TrainingArgs(
                 t,
                 self.volcano.release,

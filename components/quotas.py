@@ -2,7 +2,11 @@
 
 A ResourceQuota per tier limits the requested storage and the number of claims of that tier's StorageClass
 (the per-class quota resources ``<class>.storageclass.storage.k8s.io/requests.storage`` and
-``.../persistentvolumeclaims``); a LimitRange gives containers that set no requests or limits the defaults.
+``.../persistentvolumeclaims``); a LimitRange gives containers that set no requests the default requests.
+A per-class quota counts nothing of a claim with no class, an empty one or a class outside the tiers: the
+platform's ValidatingAdmissionPolicy (``claim_class_policy``) refuses those in every team namespace. A
+namespace-wide ``requests.storage`` total would count them too, but Fluid creates each dataset's claim
+requesting 100Pi (class ``fluid``), which no such total admits.
 The platform's environment profiles give every team the same defaults (``teams.quota``); a team's own
 settings override them, and a workspace whose own claims exceed its quota is refused before anything is
 created.
@@ -10,15 +14,23 @@ created.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import pulumi
+import pulumi_kubernetes as k8s
 from pydantic import Field
 
 from . import kube
-from .section import Problem, Quantity, Resources, Section
+from .section import Problem, Quantity, Section
 from .storage_tiers import TIERS, Tier
 
 STORAGE_CLASS_QUOTA = "{cls}.storageclass.storage.k8s.io/{resource}"
+TEAM_LABEL = "ai-storage-platform/team"
+"""Label of every team namespace (its value is the team's name): the claim policy and NetworkPolicies select by it."""
+FLUID_CLASS = "fluid"
+"""StorageClass name of the claims Fluid's controllers create for a dataset (their PV is Fluid's, pre-bound)."""
+CLAIM_POLICY = "ai-storage-platform-team-claims"
 
 
 class TierQuota(Section):
@@ -28,6 +40,40 @@ class TierQuota(Section):
     """Total storage the tier's claims may request; unset for no limit."""
     claims: int | None = Field(None, ge=0, le=10000)
     """Number of claims of the tier; unset for no limit (0 forbids the tier)."""
+
+
+class ContainerDefaults(Section):
+    """What the LimitRange gives a container that sets no requests (or no memory limit)."""
+
+    cpu_request: Quantity = "500m"
+    """CPU request of a container that sets none."""
+    memory_request: Quantity = "1Gi"
+    """Memory request of a container that sets none."""
+    memory_limit: Quantity | None = None
+    """Memory limit of a container that sets none; unset for none (one requesting more would be refused)."""
+
+    def problems(self) -> list[Problem]:
+        """The default request fits under the default limit (the API server refuses such a LimitRange)."""
+        if self.memory_limit and quantity(self.memory_request) > quantity(self.memory_limit):
+            return [
+                Problem(
+                    "memoryLimit",
+                    f"expected at least memoryRequest ({self.memory_request})",
+                    self.memory_limit,
+                    "raise memoryLimit, lower memoryRequest, or leave memoryLimit unset",
+                )
+            ]
+        return []
+
+    def spec(self) -> dict[str, Any]:
+        """The LimitRange's Container item."""
+        item: dict[str, Any] = {
+            "type": "Container",
+            "defaultRequest": {"cpu": self.cpu_request, "memory": self.memory_request},
+        }
+        if self.memory_limit:
+            item["default"] = {"memory": self.memory_limit}
+        return item
 
 
 class QuotaSettings(Section):
@@ -41,8 +87,8 @@ class QuotaSettings(Section):
         "block": TierQuota(storage="1Ti", claims=8),
     }
     """Quota per tier (`hot`, `warm`, `cold`, `checkpoint`, `block`); a tier not listed has none."""
-    container_defaults: Resources = Resources(cpu_request="500m", memory_request="1Gi", memory_limit="4Gi")
-    """Requests and limits a container that sets none gets (LimitRange)."""
+    container_defaults: ContainerDefaults = ContainerDefaults()
+    """Requests (and an optional memory limit) a container that sets none gets (LimitRange)."""
 
 
 def quantity(value: str) -> float:
@@ -66,9 +112,8 @@ def quota_spec(quota: QuotaSettings, prefix: str) -> dict[str, Any]:
 
 
 def limit_range_spec(quota: QuotaSettings) -> dict[str, Any]:
-    """The LimitRange ``spec``: default requests and limits of containers that set none."""
-    resources = quota.container_defaults.spec()
-    return {"limits": [{"type": "Container", "default": resources["limits"], "defaultRequest": resources["requests"]}]}
+    """The LimitRange ``spec``: default requests (and memory limit) of containers that set none."""
+    return {"limits": [quota.container_defaults.spec()]}
 
 
 def over_quota(quota: QuotaSettings, claims: dict[Tier, list[tuple[str, str]]]) -> list[Problem]:
@@ -89,3 +134,62 @@ def over_quota(quota: QuotaSettings, claims: dict[Tier, list[tuple[str, str]]]) 
             expected = f"expected at most {q.storage} on the {tier} tier (quota.tiers.{tier}.storage)"
             found.append(Problem(key, expected, sizes, hint))
     return found
+
+
+def claim_rule(classes: Sequence[str], fluid_namespace: str | None) -> str:
+    """The CEL rule a claim in a team namespace must pass: it names one of the tier ``classes`` (after the
+    DefaultStorageClass admission plugin gave a claim without one the cluster's default class, if any), or it is
+    a Fluid dataset's claim made by Fluid's controllers (service accounts of ``fluid_namespace``)."""
+    listed = ", ".join(f"'{c}'" for c in classes)
+    rule = f"object.spec.storageClassName in [{listed}]"
+    if fluid_namespace:
+        by_fluid = f"request.userInfo.username.startsWith('system:serviceaccount:{fluid_namespace}:')"
+        rule += f" || (object.spec.storageClassName == '{FLUID_CLASS}' && {by_fluid})"
+    return f"has(object.spec.storageClassName) && ({rule})"
+
+
+def claim_policy_spec(classes: Sequence[str], fluid_namespace: str | None) -> dict[str, Any]:
+    """The ValidatingAdmissionPolicy ``spec``: new claims pass ``claim_rule`` or are refused."""
+    message = f"a claim in a team namespace must name a tier StorageClass ({', '.join(classes) or 'none'})"
+    return {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [
+                {
+                    "apiGroups": [""],
+                    "apiVersions": ["v1"],
+                    "operations": ["CREATE"],
+                    "resources": ["persistentvolumeclaims"],
+                }
+            ]
+        },
+        "validations": [
+            {"expression": claim_rule(classes, fluid_namespace), "message": message, "reason": "Forbidden"}
+        ],
+    }
+
+
+def claim_binding_spec() -> dict[str, Any]:
+    """The binding ``spec``: the claim policy denies in every namespace that carries the team label."""
+    team = {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]}
+    return {"policyName": CLAIM_POLICY, "validationActions": ["Deny"], "matchResources": {"namespaceSelector": team}}
+
+
+def claim_class_policy(
+    name: str, classes: Sequence[str], fluid_namespace: str | None, parent: pulumi.Resource
+) -> k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding:
+    """The ValidatingAdmissionPolicy (GA in Kubernetes 1.30) refusing, in team namespaces, claims that no tier's
+    quota counts, and its binding."""
+    meta = {"name": CLAIM_POLICY, "labels": kube.labels("team-claims", "quota")}
+    policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+        f"{name}-claim-policy",
+        metadata=meta,
+        spec=claim_policy_spec(classes, fluid_namespace),
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
+    return k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+        f"{name}-claim-policy-binding",
+        metadata=meta,
+        spec=claim_binding_spec(),
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=[policy]),
+    )

@@ -23,7 +23,6 @@ from . import kube, versions
 from .redis import (
     CONFIG_DIR,
     CONFIG_SECRET,
-    EXPORTER_PORT,
     PORT,
     MetadataEndpoint,
     RedisSettings,
@@ -280,22 +279,17 @@ def sentinel_engine(
     sentinel_service = _headless(
         f"{name}-sentinel-service", SENTINEL_SERVICE, SENTINEL_PORT, ns, sentinel_labels, parent
     )
-    metrics = [EXPORTER_PORT] if exporter else []
-    data_policy = kube.ingress_policy(f"{name}-network-policy", ns.metadata.name, data_labels, [PORT, *metrics], parent)
-    sentinel_policy = kube.ingress_policy(
-        f"{name}-sentinel-network-policy", ns.metadata.name, sentinel_labels, [SENTINEL_PORT, *metrics], parent
-    )
     data = k8s.apps.v1.StatefulSet(
         f"{name}-redis",
         metadata=kube.workload_metadata("redis", ns.metadata.name, r.resources, data_labels),
         spec=data_spec(r, s, namespace, data_labels, exporter),
-        opts=kube.stateful(parent, protect, depends_on=[config, scripts, data_service, data_policy]),
+        opts=kube.stateful(parent, protect, depends_on=[config, scripts, data_service]),
     )
     sentinels = k8s.apps.v1.StatefulSet(
         f"{name}-sentinel",
         metadata=kube.workload_metadata("redis-sentinel", ns.metadata.name, s.resources, sentinel_labels),
         spec=sentinel_spec(s, namespace, sentinel_labels, exporter),
-        opts=pulumi.ResourceOptions(parent=parent, depends_on=[config, scripts, sentinel_service, sentinel_policy]),
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=[config, scripts, sentinel_service]),
     )
     kube.budget(f"{name}-budget", "redis", ns.metadata.name, data_labels, parent, [data])
     kube.budget(f"{name}-sentinel-budget", "redis-sentinel", ns.metadata.name, sentinel_labels, parent, [sentinels])

@@ -1,9 +1,9 @@
 """Offline renderer: run the same program ``pulumi up`` runs, under Pulumi's mock engine, and write it out.
 
-Output (default ``build/<stack>``): ``plan.json`` (every registered resource in registration order, secrets
-as ``"[secret]"``), ``manifests/<component>.yaml`` (every Kubernetes object created directly) and
-``charts.yaml`` (every Helm release) and ``outputs.json`` (the stack outputs, secret ones as ``"[secret]"``). No
-cloud or cluster is contacted.
+Output (default ``build/<stack>``): ``plan.json`` (every registered resource in registration order, with its
+``protect`` and ``retainOnDelete`` options, secrets as ``"[secret]"``), ``manifests/<component>.yaml`` (every
+Kubernetes object created directly) and ``charts.yaml`` (every Helm release) and ``outputs.json`` (the stack
+outputs, secret ones as ``"[secret]"``). No cloud or cluster is contacted.
 """
 
 from __future__ import annotations
@@ -146,6 +146,8 @@ def rendering(stack: str, monitor: RecordingMonitor) -> Rendering:
                 "parent": _name(r.parent) if r.parent in by_urn else None,
                 "dependsOn": [_name(d) for d in r.dependencies],
                 "inputs": r.inputs,
+                "protect": r.protect,
+                "retainOnDelete": r.retain_on_delete,
             }
             for r in regs
         ],

@@ -42,9 +42,15 @@ class RgwGateway:
     """The CephObjectStore and the release installing its CRDs."""
 
 
-def chart_values(s: RookCephSettings, monitoring: bool = False) -> dict[str, Any]:
-    """Helm values of the rook-ceph (operator) release (``monitoring``: the operator may create ServiceMonitors)."""
-    return {
+OBC_FIELDS = "maxObjects,maxSize,bucketPolicy,bucketOwner"
+"""ObjectBucketClaim fields the operator honours with the RGW backend: the defaults, and the bucket policy and
+owner of the platform's own claim (the claim lives in the operator's namespace, which teams cannot write)."""
+
+
+def chart_values(s: RookCephSettings, monitoring: bool = False, rgw: bool = False) -> dict[str, Any]:
+    """Helm values of the rook-ceph (operator) release (``monitoring``: the operator may create ServiceMonitors;
+    ``rgw``: it applies the bucket policy and owner of an ObjectBucketClaim)."""
+    values: dict[str, Any] = {
         "crds": {"enabled": True},
         "resources": s.resources.operator.spec(),
         # The subchart installs ceph-csi-operator and the csi.ceph.io CRDs the drivers chart needs.
@@ -52,6 +58,9 @@ def chart_values(s: RookCephSettings, monitoring: bool = False) -> dict[str, Any
         "enableDiscoveryDaemon": False,
         "monitoring": {"enabled": monitoring},
     }
+    if rgw:
+        values["obcAllowAdditionalConfigFields"] = OBC_FIELDS
+    return values
 
 
 def csi_drivers_values(s: RookCephSettings) -> dict[str, Any]:
@@ -187,7 +196,7 @@ class RookCeph(pulumi.ComponentResource):
         self._settings, self._name, self._protect_data = s, name, args.protect
         ns = kube.namespace(f"{name}-ns", s.namespace, "privileged", self)
         monitoring = args.monitoring_labels is not None
-        values = chart_values(s, monitoring)
+        values = chart_values(s, monitoring, args.rgw)
         operator = kube.release(
             f"{name}-operator", versions.ROOK_CEPH, ns.metadata.name, values, self, release_name="rook-ceph"
         )

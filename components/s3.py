@@ -1,22 +1,39 @@
 """AWS S3: the maintained object store backend for cloud stacks, through pulumi-aws.
 
 The bucket is versioned, encrypted with SSE-KMS, closed to the public, and moves objects to a colder storage
-class after a while. The cluster reaches it through an IAM role for service accounts when the stack names
-its EKS OIDC provider, else through an IAM user's access key (both scoped to this bucket).
+class after a while. There are no admin credentials: each client of the bucket gets a scope (one prefix),
+an IAM role for its service account when the stack names its EKS OIDC provider, else an IAM user's access
+key.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any, Literal
+import re
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Literal
 
 import pulumi
-from pydantic import Field
+from pydantic import AfterValidator, Field
+from pydantic_core import PydanticCustomError
 
 from . import kube
-from .bucket import Bucket
+from .bucket import ACCOUNT_ANNOTATION, PREFIX_ANNOTATION, Bucket, ScopedAccess, Scoper, prefix_policy
 from .section import Section
+
+_SERVICE_ACCOUNT = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?:[a-z0-9]([-.a-z0-9]*[a-z0-9])?$")
+
+
+def _service_account(value: str) -> str:
+    if not _SERVICE_ACCOUNT.match(value):
+        raise PydanticCustomError(
+            "service_account", "expected `namespace:name` of a ServiceAccount, e.g. juicefs-csi:juicefs-csi-node-sa"
+        )
+    return value
+
+
+ServiceAccountRef = Annotated[str, AfterValidator(_service_account)]
+"""`namespace:name` of a ServiceAccount."""
 
 
 class S3Settings(Section):
@@ -32,8 +49,8 @@ class S3Settings(Section):
     """Days a replaced (noncurrent) object version is kept before it expires."""
     oidc_provider_arn: str | None = Field(None, pattern=r"^arn:aws[a-z-]*:iam::[0-9]{12}:oidc-provider/.+$")
     """EKS OIDC provider ARN; when set, access is through an IAM role for service accounts, not an access key."""
-    service_accounts: list[str] = ["juicefs-csi:juicefs-csi-controller-sa", "juicefs-csi:juicefs-csi-node-sa"]
-    """`namespace:name` service accounts the IAM role trusts (only with `oidcProviderArn`)."""
+    service_accounts: list[ServiceAccountRef] = []
+    """Further `namespace:name` accounts the JuiceFS volume's IAM role trusts (it always trusts the CSI driver's)."""
 
 
 def lifecycle_rules(c: S3Settings, expirations: Mapping[str, int]) -> list[dict[str, Any]]:
@@ -58,25 +75,9 @@ def lifecycle_rules(c: S3Settings, expirations: Mapping[str, int]) -> list[dict[
     return [cold, *expiries]
 
 
-def access_policy(arn: str) -> str:
-    """The IAM policy that lets JuiceFS list the bucket and read, write and delete its objects."""
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [
-                {"Effect": "Allow", "Action": ["s3:ListBucket", "s3:GetBucketLocation"], "Resource": arn},
-                {
-                    "Effect": "Allow",
-                    "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
-                    "Resource": f"{arn}/*",
-                },
-            ],
-        }
-    )
-
-
-def trust_policy(provider_arn: str, service_accounts: list[str]) -> str:
-    """The role's trust policy: the named service accounts, through the cluster's OIDC provider."""
+def trust_policy(provider_arn: str, service_accounts: Sequence[str]) -> str:
+    """The role's trust policy: the named ``namespace:name`` service accounts, through the cluster's OIDC
+    provider (and no one else: ``sub`` and ``aud`` must both match)."""
     issuer = provider_arn.split(":oidc-provider/", 1)[1]
     subjects = [f"system:serviceaccount:{sa}" for sa in service_accounts]
     condition = {"StringEquals": {f"{issuer}:sub": subjects, f"{issuer}:aud": "sts.amazonaws.com"}}
@@ -118,33 +119,42 @@ def s3_bucket(
     aws.s3.BucketLifecycleConfiguration(
         f"{name}-lifecycle", bucket=bucket.id, rules=lifecycle_rules(c, expirations), opts=child
     )
-    policy = bucket.arn.apply(access_policy)
-    access_key, secret_key, role_arn = _access(name, bucket_name, c, policy, child)
+    # No admin credentials: nothing in the cluster needs the whole bucket; every client gets a scope.
     return Bucket(
+        scope=s3_scoper(name, bucket, c),
         storage_type="s3",
         endpoint=pulumi.Output.from_input(f"https://s3.{c.region}.amazonaws.com"),
         bucket=bucket.bucket,
         bucket_url=bucket.bucket.apply(lambda b: f"https://{b}.s3.{c.region}.amazonaws.com"),
-        access_key=access_key,
-        secret_key=secret_key,
-        role_arn=role_arn,
+        access_key=pulumi.Output.secret(""),
+        secret_key=pulumi.Output.secret(""),
     )
 
 
-def _access(
-    name: str, bucket_name: str, c: S3Settings, policy: pulumi.Output[str], child: pulumi.ResourceOptions
-) -> tuple[pulumi.Output[str], pulumi.Output[str], pulumi.Output[str] | None]:
-    """(access key, secret key, role ARN): an IAM role for service accounts when the stack names its OIDC
-    provider (no keys then), else an IAM user with an access key."""
+def s3_scoper(store: str, bucket: Any, c: S3Settings) -> Scoper:
+    """Credentials for one prefix of ``bucket``: with `oidcProviderArn` an IAM role that only the given service
+    accounts can assume (no keys), else an IAM user with an access key; both carry the prefix policy."""
     import pulumi_aws as aws
 
-    if c.oidc_provider_arn:
-        role = aws.iam.Role(
-            f"{name}-role", assume_role_policy=trust_policy(c.oidc_provider_arn, c.service_accounts), opts=child
-        )
-        aws.iam.RolePolicy(f"{name}-role-policy", role=role.id, policy=policy, opts=child)
-        return pulumi.Output.secret(""), pulumi.Output.secret(""), role.arn
-    user = aws.iam.User(f"{name}-user", name=f"{bucket_name}-juicefs", opts=child)
-    aws.iam.UserPolicy(f"{name}-user-policy", user=user.name, policy=policy, opts=child)
-    key = aws.iam.AccessKey(f"{name}-access-key", user=user.name, opts=child)
-    return pulumi.Output.secret(key.id), pulumi.Output.secret(key.secret), None
+    def scope(
+        name: str, prefix: str, service_accounts: Sequence[tuple[str, str]], opts: pulumi.ResourceOptions
+    ) -> ScopedAccess:
+        policy = bucket.bucket.apply(lambda b: prefix_policy(b, prefix))
+        accounts = [f"{ns}:{sa}" for ns, sa in service_accounts]
+        tags = {PREFIX_ANNOTATION: prefix, ACCOUNT_ANNOTATION: accounts[0].replace(":", "/")}
+        if c.oidc_provider_arn:
+            role = aws.iam.Role(
+                f"{store}-{name}-role",
+                assume_role_policy=trust_policy(c.oidc_provider_arn, accounts),
+                tags=tags,
+                opts=opts,
+            )
+            aws.iam.RolePolicy(f"{store}-{name}-role-policy", role=role.id, policy=policy, opts=opts)
+            return ScopedAccess(prefix, pulumi.Output.secret(""), pulumi.Output.secret(""), role.arn)
+        user_name = bucket.bucket.apply(lambda b: f"{b}-{name}"[:64])
+        user = aws.iam.User(f"{store}-{name}-user", name=user_name, tags=tags, opts=opts)
+        aws.iam.UserPolicy(f"{store}-{name}-user-policy", user=user.name, policy=policy, opts=opts)
+        key = aws.iam.AccessKey(f"{store}-{name}-access-key", user=user.name, opts=opts)
+        return ScopedAccess(prefix, pulumi.Output.secret(key.id), pulumi.Output.secret(key.secret), None)
+
+    return scope

@@ -66,12 +66,56 @@ def _regex(value: str) -> str:
     return value
 
 
+_CRON_FIELDS = (
+    (0, 59, ()),
+    (0, 23, ()),
+    (1, 31, ()),
+    (1, 12, ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")),
+    (0, 6, ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")),
+)
+"""Range and names of each field of a five-field cron schedule, as Kubernetes parses it (robfig/cron)."""
+
+
+def _cron_value(text: str, low: int, names: tuple[str, ...]) -> int:
+    """A number, or a name (``JAN``, ``MON``) counted from ``low``; -1 when it is neither."""
+    if text.isdigit():
+        return int(text)
+    return low + names.index(text.upper()) if text.upper() in names else -1
+
+
+def _cron_field(text: str, low: int, high: int, names: tuple[str, ...]) -> bool:
+    """One field: comma-separated items, each ``*``/``?``, a value or a range ``a-b``, with an optional ``/step``."""
+    for item in text.split(","):
+        span, slash, step = item.partition("/")
+        if slash and not (step.isdigit() and int(step) > 0):
+            return False
+        if span in ("*", "?"):
+            continue
+        ends = [_cron_value(v, low, names) for v in span.split("-")]
+        if len(ends) > 2 or not all(low <= v <= high for v in ends) or ends != sorted(ends):
+            return False
+    return True
+
+
+def _cron(value: str) -> str:
+    fields = value.split()
+    if len(fields) != 5 or not all(_cron_field(f, *spec) for f, spec in zip(fields, _CRON_FIELDS, strict=True)):
+        raise PydanticCustomError(
+            "cron",
+            "expected a cron schedule of five fields (minute 0-59, hour 0-23, day of month 1-31, month 1-12 or "
+            "JAN-DEC, day of week 0-6 or SUN-SAT), each *, a value, a range a-b or a list, with an optional /step",
+        )
+    return value
+
+
 Quantity = Annotated[str, AfterValidator(_quantity)]
 """A Kubernetes resource quantity, e.g. ``10Gi`` or ``500m``."""
 DnsLabel = Annotated[str, AfterValidator(_dns_label)]
 """A Kubernetes name that must be a DNS label (namespaces, services, queues)."""
 Regex = Annotated[str, AfterValidator(_regex)]
 """A regular expression (Python syntax)."""
+Cron = Annotated[str, AfterValidator(_cron)]
+"""A five-field cron schedule that Kubernetes accepts for a CronJob."""
 
 
 class Resources(Section):
@@ -184,8 +228,12 @@ _EXPECTED = {
 }
 
 
+_UNION_BRANCH = re.compile(r"^(int|float|str|bool|none|constrained-\w+|[a-z-]+\[.*\])$")
+"""How pydantic names the branch of a union (``X | int``) in an error's location, e.g. ``int``."""
+
+
 def _problem(model: type[BaseModel], error: Any) -> Problem:
-    loc = tuple(error["loc"])
+    loc = tuple(part for part in error["loc"] if not (isinstance(part, str) and _UNION_BRANCH.match(part)))
     kind = error["type"]
     key = _key_path(loc)
     got = error.get("input", _MISSING)
@@ -203,6 +251,7 @@ def _problem(model: type[BaseModel], error: Any) -> Problem:
     elif kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
         op = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}[kind]
         bound = next(iter(ctx.values()))
+        bound = int(bound) if isinstance(bound, float) and bound.is_integer() else bound
         expected = f"expected a number {op} {bound}"
     elif kind == "string_pattern_mismatch":
         expected = f"expected text matching {ctx['pattern']}"
@@ -219,7 +268,13 @@ def validate(model: type[S], data: Mapping[str, Any]) -> S:
     try:
         parsed = model.model_validate(dict(data))
     except ValidationError as exc:
-        raise SettingsError([_problem(model, e) for e in exc.errors(include_url=False)]) from None
+        found: dict[str, Problem] = {}
+        for problem in (_problem(model, e) for e in exc.errors(include_url=False)):
+            if problem.key in found:  # each branch of a union refused it: one problem with every expectation
+                other = problem.expected.removeprefix("expected ")
+                problem = replace(found[problem.key], expected=f"{found[problem.key].expected}, or {other}")
+            found[problem.key] = problem
+        raise SettingsError(list(found.values())) from None
     problems = rule_problems(parsed)
     if problems:
         raise SettingsError(problems)
@@ -296,5 +351,6 @@ def _key_table(model: type[BaseModel]) -> list[str]:
         elif isinstance(default, list):
             default = [d.model_dump(by_alias=True) if isinstance(d, BaseModel) else d for d in default]
         text = json.dumps(default, default=str).replace("|", "\\|")
-        lines.append(f"| `{key}` | {_type_text(info.annotation)} | `{text}` | {info.description or ''} |")
+        about = " ".join((info.description or "").split())
+        lines.append(f"| `{key}` | {_type_text(info.annotation)} | `{text}` | {about} |")
     return lines

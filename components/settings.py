@@ -25,11 +25,13 @@ from .juicefs import JuiceFSSettings
 from .local_nvme import LocalNVMeSettings
 from .metadata_engine import MetadataSettings
 from .monitoring import MonitoringSettings
+from .network_policies import NetworkPolicySettings
 from .object_store import ObjectStoreSettings
-from .quotas import QuotaSettings
+from .plan_diff import ResourceRef
 from .rook_ceph import RookCephSettings
 from .section import Problem, Section, SettingsError, validate
 from .storage_tiers import TIERS, TiersSettings
+from .tenants import TeamsSettings, team_problems
 from .training import TrainingSettings
 from .volcano import VolcanoSettings
 
@@ -45,20 +47,29 @@ class ClusterSettings(Section):
     """The target cluster and how stateful resources are guarded."""
 
     kubernetes_version: str = Field("1.33", pattern=r"^1\.(2[5-9]|3[0-7])$")
-    """Kubernetes minor version of the cluster (1.25 to 1.37); rendered objects are validated against it."""
+    """Kubernetes minor version of the cluster (1.30 to 1.37); rendered objects are validated against it."""
     kubeconfig: str | None = None
     """Path to the kubeconfig for `pulumi up`; unset uses the ambient KUBECONFIG."""
     context: str | None = None
     """kubeconfig context to deploy to; unset uses the current context."""
     protect_stateful_resources: bool = False
     """Set `protect` and `retainOnDelete` on buckets, data volumes and clusters (on for staging and prod)."""
+    acknowledge_replacements: list[ResourceRef] = []
+    """Protected or data-holding resources an update may replace or delete, as the diff names them (review.md)."""
 
-
-class TeamDefaults(Section):
-    """What every team workspace on this environment starts from (`load_team_settings` with `environment`)."""
-
-    quota: QuotaSettings = QuotaSettings()
-    """Default storage quotas per tier and container defaults of a team's namespace."""
+    def problems(self) -> list[Problem]:
+        """Kubernetes 1.30 or later: team namespaces rely on a ValidatingAdmissionPolicy (GA in 1.30)."""
+        if int(self.kubernetes_version.split(".")[1]) < 30:
+            return [
+                Problem(
+                    "kubernetesVersion",
+                    "expected 1.30 or later",
+                    self.kubernetes_version,
+                    "the platform refuses claims outside the storage tiers in team namespaces with a "
+                    "ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in 1.30); upgrade the cluster",
+                )
+            ]
+        return []
 
 
 class CheckpointSettings(CheckpointProtection):
@@ -97,10 +108,12 @@ class PlatformSettings(Section):
     """Fluid dataset caching."""
     checkpoints: CheckpointSettings = CheckpointSettings()
     """Snapshots and offsite copies of the platform's checkpoint claim."""
-    teams: TeamDefaults = TeamDefaults()
-    """Defaults of the team workspaces on this environment."""
+    teams: TeamsSettings = TeamsSettings()
+    """The team namespaces the platform vends, and their defaults."""
     monitoring: MonitoringSettings = MonitoringSettings()
     """Prometheus Operator scrape objects, alert rules and Grafana dashboards."""
+    network_policies: NetworkPolicySettings = NetworkPolicySettings()
+    """Who may connect to the metadata engine and MinIO."""
 
     def backends(self) -> dict[str, bool]:
         """Which tier backends the stack enables."""
@@ -114,6 +127,12 @@ class PlatformSettings(Section):
             *self._storage_problems(),
             *self._scheduling_problems(),
             *self._namespace_problems(),
+            *team_problems(
+                self.teams,
+                [q.name for q in self.volcano.queues],
+                self.juicefs.enabled and self.tiers.cold != "none",
+                self.fluid.datasets if self.fluid.enabled else None,
+            ),
         ]
 
     def _tier_problems(self) -> list[Problem]:
@@ -157,6 +176,15 @@ class PlatformSettings(Section):
                     pattern,
                     "Ceph would claim the NVMe disks meant for TopoLVM; list the disks Ceph may use in "
                     "rookCeph.storage.nodes instead",
+                )
+            )
+        if self.object_store.s3.oidc_provider_arn and self.object_store.backend == "s3" and self.fluid.datasets:
+            found.append(
+                Problem(
+                    "fluid.datasets",
+                    "expected no Fluid datasets with objectStore.s3.oidcProviderArn",
+                    len(self.fluid.datasets),
+                    "Fluid 1.0.8 runtimes name no ServiceAccount, so their pods would reach the bucket with no role",
                 )
             )
         if self.object_store.backend == "ceph-rgw" and not ceph.enabled:
@@ -259,7 +287,8 @@ class PlatformSettings(Section):
             owned["localNvme"] = self.local_nvme.namespace
             if self.local_nvme.pod_mutating_webhook:
                 owned["localNvme.certManager"] = self.local_nvme.cert_manager_namespace
-        return {**owned, **self.scheduling_namespaces()}
+        teams = {f"teams.workspaces[{i}]": t.namespace_name for i, t in enumerate(self.teams.workspaces)}
+        return {**owned, **self.scheduling_namespaces(), **teams}
 
 
 def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

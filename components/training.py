@@ -38,6 +38,12 @@ PINNED_IMAGE = r"^[^\s:@]+(:[^\s:@]+|@sha256:[0-9a-f]{64})$"
 """An image reference with a tag or a digest."""
 NODE = "node"
 """Name of the trainer's replicated job and of its container (Trainer v2's `node`)."""
+METRICS_LABELS = {"ai-storage-platform/metrics": "training"}
+"""Labels of the pods that run the training library (the platform's PodMonitor `training-jobs` selects them)."""
+METRICS_PORT_NAME = "train-metrics"
+METRICS_PORT = 9095
+"""Port the training library serves its metrics on (`ai_storage_training.metrics.serve()`, from
+`$AI_STORAGE_METRICS_PORT`)."""
 V1_NAMESPACE = "kubeflow"
 """Namespace the v1 overlay `standalone` installs into (fixed by the overlay)."""
 V1_DEPLOYMENT = "training-operator"
@@ -137,19 +143,24 @@ def claim_volumes(dataset_claim: str, checkpoint_claim: str) -> tuple[list[dict[
     return mounts, volumes
 
 
+def metrics_port() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A training container's metrics port (named for the PodMonitor) and the variable the library reads it from."""
+    ports = [{"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"}]
+    return ports, [{"name": "AI_STORAGE_METRICS_PORT", "value": str(METRICS_PORT)}]
+
+
 def runtime_spec(
     runtime: RuntimeSettings, checkpoint_claim: str, pod_labels: dict[str, str] | None = None
 ) -> dict[str, Any]:
-    """The ``spec`` of a ClusterTrainingRuntime wired to Volcano, with the /data and /checkpoints mounts."""
+    """The ``spec`` of a ClusterTrainingRuntime wired to Volcano, with the /data and /checkpoints mounts, its
+    pods labelled and its container's port declared for the training metrics' PodMonitor."""
     queue = {QUEUE_ANNOTATION: runtime.queue}
     mounts, volumes = claim_volumes(runtime.dataset_claim, checkpoint_claim)
+    ports, env = metrics_port()
+    container = {"name": NODE, "image": runtime.image, "ports": ports, "env": env, "volumeMounts": mounts}
     pod = {
-        "metadata": {"annotations": queue, **({"labels": pod_labels} if pod_labels else {})},
-        "spec": {
-            "schedulerName": SCHEDULER_NAME,
-            "containers": [{"name": NODE, "image": runtime.image, "volumeMounts": mounts}],
-            "volumes": volumes,
-        },
+        "metadata": {"annotations": queue, "labels": {**METRICS_LABELS, **(pod_labels or {})}},
+        "spec": {"schedulerName": SCHEDULER_NAME, "containers": [container], "volumes": volumes},
     }
     return {
         "mlPolicy": {"numNodes": runtime.num_nodes, "torch": {}},

@@ -45,11 +45,8 @@ class QueueResources(Section):
         return out
 
 
-class QueueSettings(Section):
-    """One Volcano Queue (cluster-scoped): a team's share of the cluster."""
-
-    name: DnsLabel
-    """Queue name; jobs pick it with the `scheduling.volcano.sh/queue-name` annotation."""
+class QueueShare(Section):
+    """A Volcano Queue's share of the cluster (a vended team's queue is named after the team)."""
 
     weight: int = Field(1, ge=1, le=65535)
     """Share of the cluster relative to the other queues' weights (proportion plugin)."""
@@ -61,6 +58,13 @@ class QueueSettings(Section):
     """Resources the queue deserves and reclaims (capacity plugin; the default proportion plugin uses weight)."""
     reclaimable: bool = True
     """Let other queues reclaim resources this queue uses beyond its share."""
+
+
+class QueueSettings(QueueShare):
+    """One Volcano Queue (cluster-scoped): a team's share of the cluster."""
+
+    name: DnsLabel
+    """Queue name; jobs pick it with the `scheduling.volcano.sh/queue-name` annotation."""
 
     def problems(self) -> list[Problem]:
         """Volcano creates and owns the `default` and `root` queues."""

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,17 @@ def render_stack(tmp_path: Path) -> Render:
         return render.rendering(stack, monitor), monitor
 
     return run
+
+
+@pytest.fixture(scope="session")
+def as_installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Make ``ai_storage_platform``, the installed name the team example imports, load this checkout's
+    components/."""
+    path = tmp_path_factory.mktemp("site")
+    (path / "ai_storage_platform").symlink_to(render.ROOT / "components", target_is_directory=True)
+    sys.path.insert(0, str(path))
+    yield
+    sys.path.remove(str(path))
 
 
 @pytest.fixture

@@ -1,17 +1,16 @@
-"""A team's workspace on a cluster where the ai-storage-platform stack is already up.
+"""A team's workspace in the namespace the ai-storage-platform stack vended to it (`teams.workspaces`).
 
-Reads this project's config (see Pulumi.dev.yaml and docs/components/team.md), creates the team's namespace,
-Volcano Queue, cold-tier dataset claim, checkpoint claim and TrainJob, and exports their names.
+Reads this project's config (see Pulumi.dev.yaml and docs/components/team.md), creates the team's checkpoint
+claim, its snapshots and offsite copies, the dataset claim (unless it mounts a shared dataset) and the
+TrainJob, and exports their names. It holds no key of the platform and reads no output of the platform's stack.
 """
 
 import pulumi
 from ai_storage_platform.settings import stack_config
-from ai_storage_platform.team import TeamWorkspace, TeamWorkspaceArgs, load_team_settings, platform_offsite
+from ai_storage_platform.team import TeamWorkspace, TeamWorkspaceArgs, load_team_settings
 
 settings = load_team_settings(stack_config())
-platform = settings.workspace.platform_stack
-offsite = platform_offsite(platform) if platform else None
-workspace = TeamWorkspace(settings.workspace.namespace, TeamWorkspaceArgs(settings, offsite=offsite))
+workspace = TeamWorkspace(settings.workspace.namespace, TeamWorkspaceArgs(settings))
 
 pulumi.export("namespace", workspace.namespace)
 pulumi.export("queue", workspace.queue)

@@ -42,6 +42,7 @@ VARIANTS = {
                     "name": "coco",
                     "namespace": "datasets",
                     "runtime": "alluxio",
+                    "path": "/datasets/coco",
                     "replicas": 3,
                     "cache": [{"medium": "HDD", "path": "/mnt/hdd", "quota": "1Ti", "high": 0.8, "low": 0.5}],
                 },

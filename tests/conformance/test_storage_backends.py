@@ -9,9 +9,10 @@ from __future__ import annotations
 import pytest
 
 from components import versions
-from tests.conformance.test_rendered_stacks import FREE_FORM
-from tests.conformance.upstream import validate_custom_resource, values_path_errors
+from tests.conformance.test_rendered_stacks import FREE_FORM, kubernetes_version
+from tests.conformance.upstream import validate_custom_resource, validate_object, values_path_errors
 from tests.conftest import objects
+from tests.unit.test_platform import S3_OIDC
 
 PINS = {pin.chart: pin for pin in vars(versions).values() if isinstance(pin, versions.ChartPin)}
 VARIANTS = {
@@ -75,3 +76,22 @@ def test_no_rook_cluster_spec_ever_uses_all_devices(render_stack):
         result, _ = render_stack("dev", **overrides)
         for cluster in objects(result, "CephCluster"):
             assert cluster["spec"]["storage"]["useAllDevices"] is False
+
+
+ACCESS_VARIANTS = {
+    "ceph-rgw": {"objectStore": {"backend": "ceph-rgw"}},
+    "s3-with-oidc": S3_OIDC,
+}
+
+
+@pytest.mark.parametrize("variant", sorted(ACCESS_VARIANTS))
+def test_scoped_access_objects_pass_their_schemas(render_stack, variant):
+    """The users, bucket claim and ServiceAccounts of scoped access (and everything else in those renders)."""
+    result, _ = render_stack("dev", **ACCESS_VARIANTS[variant])
+    found = [o for objs in result.manifests.values() for o in objs]
+    kinds = {o["kind"] for o in found}
+    assert ({"ObjectBucketClaim", "CephObjectStoreUser"} if variant == "ceph-rgw" else {"ServiceAccount"}) <= kinds
+    errors = [e for o in found for e in validate_object(o, kubernetes_version("dev"))]
+    assert errors == []
+    charts = [c for c in result.charts if c["chart"] == "juicefs-csi-driver"]
+    assert [e for c in charts for e in values_path_errors(PINS[c["chart"]].upstream_dir, c["values"], FREE_FORM)] == []

@@ -10,7 +10,9 @@ The manager writes the shards and ``manifest.json`` (sizes and sha256 of every s
 directory, fsyncs them, renames it, and writes ``COMPLETE`` last. :func:`verify` also checks every shard
 against the manifest.
 
-Run as a program (``python checkpoint.py write ...``) it is the writer a test can SIGKILL.
+Run as a program it is the process a test kills or keeps waiting: ``write`` writes one sharded checkpoint,
+``save-forever`` saves checkpoints of :func:`write_parts` with a CheckpointManager one step after another,
+``lease`` holds a read lease on a step until its stdin closes.
 """
 
 from __future__ import annotations
@@ -136,6 +138,27 @@ def clean_incomplete(root: Path) -> list[Path]:
     return CheckpointManager(root, keep=None).clean()
 
 
+def write_parts(directory: Path, parts: int = 6) -> None:
+    """Parts of random bytes and, last, their sha256 digests: a checkpoint cut short lacks some."""
+    sums = {}
+    for i in range(parts):
+        data = os.urandom(512 * 1024 + i * 4096)
+        (directory / f"part-{i}.bin").write_bytes(data)
+        sums[f"part-{i}.bin"] = hashlib.sha256(data).hexdigest()
+    (directory / "digests.json").write_text(json.dumps(sums))
+
+
+def intact(path: Path, parts: int = 6) -> bool:
+    """Every part :func:`write_parts` wrote is there with its bytes."""
+    try:
+        sums = json.loads((Path(path) / "digests.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return len(sums) == parts and all(
+        hashlib.sha256((Path(path) / n).read_bytes()).hexdigest() == d for n, d in sums.items()
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="write one sharded checkpoint (the process a test kills)")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -146,7 +169,25 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--shard-mib", type=float, default=1.0)
     w.add_argument("--stall-after", type=int, default=None)
     w.add_argument("--stall-seconds", type=float, default=60.0)
+    forever = sub.add_parser("save-forever")
+    forever.add_argument("--root", required=True, type=Path)
+    forever.add_argument("--step", required=True, type=int)
+    forever.add_argument("--keep", type=int, default=3)
+    lease = sub.add_parser("lease")
+    lease.add_argument("--root", required=True, type=Path)
+    lease.add_argument("--step", required=True, type=int)
     args = ap.parse_args(argv)
+    if args.cmd == "save-forever":
+        manager = CheckpointManager(args.root, keep=args.keep)
+        print("ready", flush=True)
+        for step in range(args.step, sys.maxsize):
+            manager.save(step, write_parts)
+    if args.cmd == "lease":
+        with CheckpointManager(args.root).load(step=args.step) as checkpoint:
+            print("reading", checkpoint.step, flush=True)
+            sys.stdin.read()
+            print("intact" if intact(checkpoint.path) else "torn", flush=True)
+        return 0
     size = int(args.shard_mib * 1024 * 1024)
     shards = [os.urandom(size) for _ in range(args.shards)]
 

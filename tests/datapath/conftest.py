@@ -58,6 +58,59 @@ def generated_config(stack: str = "dev") -> dict:
     }
 
 
+def generated_scopes(stack: str = "dev") -> dict:
+    """The scoped object-store access the platform generates for ``stack``, from real offline runs of the
+    program: the IAM policy document of each prefix as the MinIO scope Jobs apply it (the stack's own backend)
+    and as the AWS S3 users carry it (the same stack with ``objectStore.backend: s3``), and the metadata backup
+    CronJob's script and literal environment.
+
+    Returns ``{"minio": {prefix: policy}, "s3": {prefix: policy}, "team_urls": {namespace: offsite URL},
+    "backup_script": str, "backup_env": dict[str, str]}`` (a vended team's offsite copies go to its URL).
+    """
+    import tempfile
+
+    from components import render
+    from components.bucket import PREFIX_ANNOTATION
+    from tests.conftest import stack_file
+
+    def states(monitor) -> dict[str, dict]:
+        return {urn.rsplit("::", 1)[-1]: reg.state for urn, reg in monitor.resources.items()}
+
+    minio = states(render.run(stack))
+    with tempfile.TemporaryDirectory() as tmp:
+        s3 = states(render.run(stack, stack_file(Path(tmp), stack, {"objectStore": {"backend": "s3"}})))
+    # Each scope by the prefix its Job (MinIO) or IAM user (S3) is annotated with, not by reading the document.
+    minio_policies = {}
+    for state in minio.values():
+        env = {e["name"]: e.get("value") for c in _containers(state) for e in c.get("env", [])}
+        if "POLICY_DOCUMENT" in env:
+            minio_policies[state["metadata"]["annotations"][PREFIX_ANNOTATION]] = env["POLICY_DOCUMENT"]
+    prefixes = {
+        st["name"]: st["tags"][PREFIX_ANNOTATION] for st in s3.values() if PREFIX_ANNOTATION in st.get("tags", {})
+    }
+    s3_policies = {prefixes[st["user"]]: st["policy"] for st in s3.values() if "policy" in st and "user" in st}
+    team_urls = {
+        st["metadata"]["namespace"]: st["data"]["url"]
+        for st in minio.values()
+        if st.get("kind") == "ConfigMap" and st["metadata"].get("name") == "offsite-target"
+    }
+    backup = minio["ai-storage-juicefs-metadata-backup"]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    dump = backup["containers"][0]
+    return {
+        "minio": minio_policies,
+        "s3": s3_policies,
+        "team_urls": team_urls,
+        "backup_script": dump["command"][-1],
+        "backup_env": {e["name"]: e["value"] for e in dump["env"]},
+    }
+
+
+def _containers(state: dict) -> list[dict]:
+    """The containers of a Job's pod template (none for anything else)."""
+    template = (state.get("spec") or {}).get("template") if isinstance(state.get("spec"), dict) else None
+    return list((template or {}).get("spec", {}).get("containers", [])) if isinstance(template, dict) else []
+
+
 def _command(statefulset: dict | None) -> list[str]:
     """The command of a StatefulSet's first container."""
     return list(statefulset["spec"]["template"]["spec"]["containers"][0]["command"]) if statefulset else []

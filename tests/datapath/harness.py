@@ -342,9 +342,11 @@ def moto_s3(
     timeout: float = 30,
     host: str = LOOPBACK,
     wrap: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[S3Handle]:
     """Start ``moto_server`` on ``host`` (127.0.0.1) and create ``bucket`` with boto3. ``wrap`` prefixes the
-    command (``ip netns exec NS`` runs it in a network namespace)."""
+    command (``ip netns exec NS`` runs it in a network namespace); ``env`` adds to its environment (e.g.
+    ``INITIAL_NO_AUTH_ACTION_COUNT``: moto enforces IAM policies after that many requests)."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
@@ -355,7 +357,7 @@ def moto_s3(
             cwd=workdir,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=subprocess_env(),
+            env=subprocess_env(**(env or {})),
             start_new_session=True,
         )
     handle = S3Handle(port, bucket, access_key, secret_key, log_path, proc, host)

@@ -1,11 +1,14 @@
 """The real monitoring programs on loopback: redis_exporter (Debian `prometheus-redis-exporter`) beside the
-harness's redis-server, and Prometheus scraping it and a JuiceFS mount with the platform's generated rules."""
+harness's redis-server, a stand-in training job that uses the training library (``training_job.py``), and
+Prometheus scraping them and a JuiceFS mount with the platform's generated rules."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import select
 import subprocess
+import sys
 import time
 import urllib.parse
 import urllib.request
@@ -25,6 +28,16 @@ def metric_names(text: str) -> set[str]:
         elif line and not line.startswith("#"):
             names.add(line.split("{")[0].split(" ")[0])
     return names
+
+
+def samples(text: str) -> dict[str, float]:
+    """The samples without labels of a Prometheus text exposition, by name."""
+    found = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and "{" not in line:
+            name, value = line.split()[:2]
+            found[name] = float(value)
+    return found
 
 
 def scrape(port: int) -> str:
@@ -59,6 +72,49 @@ def redis_exporter(redis_port: int, password_file: Path, workdir: Path) -> Itera
     try:
         _wait_port(port, proc, "redis_exporter", log, 20)
         yield port
+    finally:
+        _stop(proc)
+
+
+class TrainingJob:
+    """The stand-in training job: its metrics port, and its phases run one at a time."""
+
+    def __init__(self, proc: subprocess.Popen, port: int):
+        self.proc, self.port = proc, port
+
+    def run(self, *command: object, timeout: float = 120) -> None:
+        """Run one phase (``read DIR DEPTH WORKERS SECONDS`` or ``checkpoint DIR``) and wait until it is done."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(" ".join(str(c) for c in command) + "\n")
+        self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)  # it answers one line per phase
+        line = self.proc.stdout.readline() if ready else "nothing"
+        if line != "done\n":
+            raise HarnessError(f"training job phase {command} answered {line!r} (exit {self.proc.poll()})")
+
+
+@contextlib.contextmanager
+def training_job(workdir: Path) -> Iterator[TrainingJob]:
+    """``training_job.py`` serving the training metrics on a free loopback port."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    log = workdir / "training-job.log"
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("training_job.py"))],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env=subprocess_env(AI_STORAGE_METRICS_PORT=str(port)),
+            start_new_session=True,
+        )
+    try:
+        assert proc.stdout is not None
+        if proc.stdout.readline() != "serving\n":
+            raise HarnessError(f"training job did not start; see {log}")
+        _wait_port(port, proc, "training job", log, 20)
+        yield TrainingJob(proc, port)
     finally:
         _stop(proc)
 

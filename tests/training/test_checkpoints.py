@@ -210,3 +210,34 @@ def test_the_offsite_copy_sends_exactly_the_checkpoints_the_manager_calls_comple
     copied = sorted({line.split()[-1] for line in log.read_text().splitlines()})
     assert copied == ["s3://b/x/step-00000001/", "s3://b/x/step-00000002/"]
     assert "skip step-00000003" in run.stdout
+
+
+def test_every_file_and_directory_is_durable_before_the_rename_and_the_marker_comes_last(tmp_path, monkeypatch):
+    """The order a crash (or a power cut) relies on: fsync each file and directory, rename, fsync the parent,
+    then the marker (fsynced under a temporary name, renamed, directory fsynced)."""
+    events: list[tuple[str, str]] = []
+    fsync, rename = os.fsync, os.rename
+
+    def logged_fsync(fd: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        fsync(fd)
+
+    def logged_rename(src, dst) -> None:
+        events.append(("rename", f"{src} -> {dst}"))
+        rename(src, dst)
+
+    monkeypatch.setattr(os, "fsync", logged_fsync)
+    monkeypatch.setattr(os, "rename", logged_rename)
+    checkpoint = CheckpointManager(tmp_path).save(3, writer(b"x" * 10))
+    promote = next(
+        i for i, (kind, what) in enumerate(events) if kind == "rename" and what.endswith(checkpoint.path.name)
+    )
+    staging = events[promote][1].split(" -> ")[0]
+    synced_before = {what for kind, what in events[:promote] if kind == "fsync"}
+    assert {f"{staging}/model.bin", f"{staging}/optimizer/state.json", f"{staging}/optimizer", staging} <= synced_before
+    marker = next(i for i, (kind, what) in enumerate(events) if kind == "rename" and what.endswith(f"/{layout.MARKER}"))
+    assert promote < marker
+    assert ("fsync", str(tmp_path)) in events[promote:marker]  # the rename is durable before the marker
+    temporary = events[marker][1].split(" -> ")[0]
+    assert ("fsync", temporary) in events[promote:marker]
+    assert events[marker + 1 :] == [("fsync", str(checkpoint.path))]

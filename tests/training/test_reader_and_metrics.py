@@ -38,14 +38,15 @@ def files(tmp_path):
 
 @pytest.fixture
 def slow_reads(monkeypatch):
-    """Every read takes 50 ms; records how many are outstanding at once."""
-    state = {"now": 0, "most": 0}
+    """Every read takes 50 ms; records how many are running at once and how many have started."""
+    state = {"now": 0, "most": 0, "started": 0}
     lock = threading.Lock()
     real = reader._read
 
     def read(path):
         with lock:
             state["now"] += 1
+            state["started"] += 1
             state["most"] = max(state["most"], state["now"])
         time.sleep(0.05)
         try:
@@ -88,6 +89,8 @@ def test_read_ahead_stays_within_depth(files, slow_reads):
     for path, data in PrefetchingReader(files, depth=3, workers=8):
         held.append((path, len(data)))
         time.sleep(0.08)
+        # Memory stays bounded: besides the file the job holds, at most `depth` are read or being read ahead.
+        assert slow_reads["started"] - len(held) <= 3
     assert slow_reads["most"] <= 3  # never more than `depth` files read at once, however many workers
     assert len(held) == len(files)
 

@@ -3,7 +3,9 @@ each alert firing at its warning and critical levels on series that cross them, 
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -12,7 +14,10 @@ from typing import Any
 import pytest
 import yaml
 
-from components.alert_rules import AlertThresholds, RuleSettings, Threshold, rule_groups
+from components import render
+from components.alert_rules import PROTECTION, AlertThresholds, RuleSettings, Threshold, rule_groups
+from components.dashboards import dashboards
+from components.render import ROOT
 from components.section import SettingsError
 from components.settings import load_settings
 
@@ -70,6 +75,12 @@ def cases(t: AlertThresholds) -> dict[str, list[tuple[dict[str, str], dict[str, 
         t.cache_evictions_per_second,
         t.metadata_memory_percent,
     )
+    prefetch, save, restore, failed = (
+        t.prefetch_hit_ratio_percent,
+        t.checkpoint_save_seconds,
+        t.checkpoint_restore_seconds,
+        t.checkpoint_save_failure_percent,
+    )
     mount = 'mp="/{}",vol_name="v"'
 
     def between(a: float, b: float) -> float:
@@ -105,6 +116,37 @@ def cases(t: AlertThresholds) -> dict[str, list[tuple[dict[str, str], dict[str, 
             f'redis_memory_max_bytes{{pod="{case}"}}': gauge(100e6),
         }
         out.setdefault("RedisMemoryNearLimit", []).append((series, {"pod": case}, severities))
+        # A training pod (the training library's metrics, as Prometheus labels them).
+        p, pod = f'namespace="team",pod="{case}"', {"namespace": "team", "pod": case}
+        pct = {"ok": between(prefetch.warning, 100), "warn": between(prefetch.warning, prefetch.critical)}
+        ready = {**pct, "crit": prefetch.critical / 2}[case]
+        series = {
+            f"ai_storage_prefetch_hits_total{{{p}}}": counter(ready * 10),
+            f"ai_storage_prefetch_misses_total{{{p}}}": counter((100 - ready) * 10),
+        }
+        out.setdefault("TrainingPrefetchHitRatioLow", []).append((series, pod, severities))
+        for alert, what, level in (("CheckpointSaveSlow", "save", save), ("CheckpointRestoreSlow", "restore", restore)):
+            seconds = {
+                "ok": level.warning / 2,
+                "warn": between(level.warning, level.critical),
+                "crit": level.critical * 2,
+            }
+            series = {
+                f"ai_storage_checkpoint_{what}_seconds_sum{{{p}}}": counter(seconds[case] * 2),
+                f"ai_storage_checkpoint_{what}_seconds_count{{{p}}}": counter(2),
+            }
+            out.setdefault(alert, []).append((series, pod, severities))
+        # Just below the warning level: a ratio of failures to successful saves only (not to all) would cross it.
+        share = {
+            "ok": failed.warning * 0.96,
+            "warn": between(failed.warning, failed.critical),
+            "crit": failed.critical * 2,
+        }
+        series = {
+            f"ai_storage_checkpoint_save_failures_total{{{p}}}": counter(share[case]),
+            f"ai_storage_checkpoint_save_seconds_count{{{p}}}": counter(100 - share[case]),
+        }
+        out.setdefault("CheckpointSaveFailures", []).append((series, pod, severities))
     return out
 
 
@@ -191,6 +233,76 @@ SINGLE = [
 ]
 
 
+PROTECTION_CRONJOBS = {
+    "MetadataBackup": "juicefs-metadata-backup",
+    "CheckpointSnapshots": "checkpoints-snapshots",
+    "CheckpointOffsite": "checkpoints-offsite",
+}
+"""A CronJob of each protection kind, named as the prod stack names them (see the render test below)."""
+OTHER_CRONJOB = "nightly-report"
+INTERVAL = 600
+"""Seconds between two scheduled runs of the CronJobs in the protection tests."""
+
+
+def cronjob(name: str, namespace: str, success: float | None, last_schedule: float | None) -> dict[str, str]:
+    """kube-state-metrics' series of a CronJob created at 0 that last succeeded at ``success`` and was last
+    scheduled at ``last_schedule`` (None: never), every ``INTERVAL`` seconds."""
+    labels = f'namespace="{namespace}",cronjob="{name}"'
+    series = {
+        f"kube_cronjob_created{{{labels}}}": gauge(0),
+        f"kube_cronjob_next_schedule_time{{{labels}}}": gauge((last_schedule or 0) + INTERVAL),
+    }
+    if success is not None:
+        series[f"kube_cronjob_status_last_successful_time{{{labels}}}"] = gauge(success)
+    if last_schedule is not None:
+        series[f"kube_cronjob_status_last_schedule_time{{{labels}}}"] = gauge(last_schedule)
+    return series
+
+
+def failed_run(cronjob_name: str, namespace: str, started: float) -> dict[str, str]:
+    """kube-state-metrics' series of a Job of ``cronjob_name`` that started at ``started`` and failed."""
+    job = f'namespace="{namespace}",job_name="{cronjob_name}-29000000"'
+    return {
+        f"kube_job_status_start_time{{{job}}}": gauge(started),
+        f'kube_job_failed{{{job},condition="true"}}': gauge(1),
+        f'kube_job_failed{{{job},condition="false"}}': gauge(0),
+        f'kube_job_owner{{{job},owner_kind="CronJob",owner_name="{cronjob_name}",owner_is_controller="true"}}': gauge(
+            1
+        ),
+    }
+
+
+def protection_cases() -> list[tuple[str, list[tuple[dict[str, str], dict[str, str], list[str]]]]]:
+    """Per protection alert: scenarios that fire (a last success older than two intervals, or none since the
+    CronJob was created; a failed run after the last success) and scenarios that do not (a recent success, a
+    failed run followed by a success, another CronJob)."""
+    now = MINUTES * 60
+    old, recent = now - 2 * INTERVAL - 600, now - INTERVAL
+    out = []
+    for prefix, name in PROTECTION_CRONJOBS.items():
+        stale_labels, failed_labels = ({"namespace": ns, "cronjob": name} for ns in ("stale", "failing"))
+        quiet = {**cronjob(name, "fresh", recent, recent), **cronjob(OTHER_CRONJOB, "other", old, now - INTERVAL)}
+        out.append(
+            (
+                f"{prefix}Stale",
+                [
+                    (quiet, {}, []),
+                    (cronjob(name, "stale", old, now - INTERVAL), stale_labels, ["critical"]),
+                    (cronjob(name, "never", None, None), {**stale_labels, "namespace": "never"}, ["critical"]),
+                ],
+            )
+        )
+        quiet = {
+            **cronjob(name, "recovered", 1800, 1800),
+            **failed_run(name, "recovered", 1200),
+            **cronjob(OTHER_CRONJOB, "other", 600, 1200),
+            **failed_run(OTHER_CRONJOB, "other", 1200),
+        }
+        failing = {**cronjob(name, "failing", 600, 1200), **failed_run(name, "failing", 1200)}
+        out.append((f"{prefix}Failed", [(quiet, {}, []), (failing, failed_labels, ["warning"])]))
+    return out
+
+
 def expected_alerts(alert: str, labels: dict[str, str], severities: list[str]) -> list[dict[str, Any]]:
     rules = {(r["alert"], r["labels"]["severity"]): r for g in GROUPS for r in g["rules"] if "alert" in r}
     return [
@@ -200,12 +312,13 @@ def expected_alerts(alert: str, labels: dict[str, str], severities: list[str]) -
 
 
 def test_every_alert_is_tested():
-    assert set(cases(SETTINGS.thresholds)) | {name for name, _ in SINGLE} == ALERTS
+    tested = set(cases(SETTINGS.thresholds)) | {name for name, _ in [*SINGLE, *protection_cases()]}
+    assert tested == ALERTS
 
 
 def test_promtool_sees_each_alert_cross_its_levels_and_not_fire_below_them(promtool, tmp_path):
     tests = []
-    for alert, scenarios in [*cases(SETTINGS.thresholds).items(), *SINGLE]:
+    for alert, scenarios in [*cases(SETTINGS.thresholds).items(), *SINGLE, *protection_cases()]:
         series = [{"series": k, "values": v} for scenario, _, _ in scenarios for k, v in scenario.items()]
         exp = [e for _, labels, severities in scenarios for e in expected_alerts(alert, labels, severities)]
         tests.append(
@@ -252,3 +365,56 @@ def test_bad_monitoring_settings_are_rejected_with_key_and_hint(config, key, exp
         load_settings("dev", {"monitoring": config})
     message = str(caught.value)
     assert key in message and expected in message and "Hint:" in message
+
+
+def test_the_protection_alerts_select_each_protection_cronjob_a_stack_renders():
+    result = render.rendering("prod", render.run("prod"))
+    found = {o["metadata"]["name"]: o for objs in result.manifests.values() for o in objs if o.get("kind") == "CronJob"}
+    assert set(found) == set(PROTECTION_CRONJOBS.values())
+    for prefix, name in PROTECTION_CRONJOBS.items():
+        matching = [p for p, (pattern, _) in PROTECTION.items() if re.fullmatch(pattern, name)]
+        assert matching == [prefix], name
+
+
+def test_docs_alerts_md_has_a_page_for_every_alert():
+    text = (ROOT / "docs" / "alerts.md").read_text()
+    pages = set(re.findall(r"^## (\w+)$", text, re.M))
+    assert pages == ALERTS
+    for group in GROUPS:
+        for rule in group["rules"]:
+            if "alert" in rule:
+                assert rule["annotations"]["runbook_url"].endswith(f"#{rule['alert'].lower()}")
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["cacheHitRatioPercent", "metadataMemoryPercent", "prefetchHitRatioPercent", "checkpointSaveFailurePercent"],
+)
+@pytest.mark.parametrize(("level", "value", "expected"), [("warning", 150, "<= 100"), ("critical", -1, ">= 0")])
+def test_a_percentage_outside_0_to_100_is_refused_naming_the_key(key, level, value, expected):
+    levels = {"warning": 50, "critical": 50, level: value}
+    with pytest.raises(SettingsError) as caught:
+        load_settings("dev", {"monitoring": {"rules": {"thresholds": {key: levels}}}})
+    message = str(caught.value)
+    assert f"monitoring.rules.thresholds.{key}.{level}: expected a number {expected}; got {value}" in message
+    assert "Hint:" in message
+
+
+def test_every_dashboard_query_parses_and_reads_only_recorded_series_the_rules_make(promtool, tmp_path):
+    queries = [
+        t["expr"]
+        for board in dashboards(SETTINGS.window).values()
+        for p in json.loads(board)["panels"]
+        for t in p.get("targets", [])
+    ]
+    recorded = {r["record"] for g in GROUPS for r in g["rules"] if "record" in r}
+    used = {name for q in queries for name in re.findall(r"ai_storage:[a-z0-9_:]+", q)}
+    assert used and used <= recorded, used - recorded
+    # promtool parses PromQL in rule files: each query as a recording rule.
+    rules = [{"record": f"dashboard:query_{i}", "expr": q} for i, q in enumerate(queries)]
+    run = subprocess.run(
+        [promtool, "check", "rules", str(rule_file(tmp_path, [{"name": "dashboards", "rules": rules}]))],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr

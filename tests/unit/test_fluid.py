@@ -1,5 +1,7 @@
 """Fluid: the chart in its own namespace, datasets over JuiceFS or the bucket, pre-warm and data affinity."""
 
+import json
+
 import pytest
 import yaml
 
@@ -23,7 +25,7 @@ IMAGENET = {
 
 def fluid(*datasets: dict[str, object]) -> Fluid:
     settings = FluidSettings.model_validate({"enabled": True, "datasets": list(datasets)})
-    return Fluid("fluid", FluidArgs(settings, BUCKET, VOLUME))
+    return Fluid("fluid", FluidArgs(settings, lambda d: BUCKET, VOLUME))
 
 
 def test_chart_namespace_is_created_and_set_as_the_namespace_value(build):
@@ -103,6 +105,18 @@ def test_the_platform_backs_datasets_with_its_juicefs_volume_and_its_bucket(rend
     bucket = by_name(result, "Dataset", "coco")["spec"]["mounts"][0]
     assert bucket["mountPoint"] == f"s3://{out['objectStoreBucket']}/coco/"
     assert bucket["options"]["alluxio.underfs.s3.endpoint"] == out["objectStoreEndpoint"]
+    # The Alluxio dataset's keys are a user of its own that reaches only coco/ (a MinIO scope on dev).
+    secret = bucket["encryptOptions"][0]["valueFrom"]["secretKeyRef"]["name"]
+    assert secret == "fluid-dataset-credentials-alluxio-coco"
+    job = by_name(result, "Job", "minio-scope-fluid-training-coco")
+    env = {e["name"]: e["value"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert json.loads(env["POLICY_DOCUMENT"])["Statement"][0]["Resource"].endswith("/coco/*")
+
+
+def test_an_alluxio_dataset_of_the_whole_bucket_is_a_config_error():
+    with pytest.raises(SettingsError) as err:
+        load_settings("dev", {"fluid": {"datasets": [{"name": "all", "runtime": "alluxio", "path": "/"}]}})
+    assert "fluid.datasets[0].path: expected a directory of the bucket" in str(err.value)
 
 
 def test_data_affinity_sets_the_webhook_plugin_profile():
@@ -124,6 +138,7 @@ def test_juicefs_dataset_without_juicefs_is_a_config_error_with_the_key():
                 "juicefs": {"enabled": False},
                 "tiers": {"cold": "none", "checkpoint": "none"},
                 "training": {"enabled": False},
+                "teams": {"workspaces": []},  # their directories are on JuiceFS too (test_tenants)
             },
         )
     message = str(err.value)
@@ -144,3 +159,39 @@ def test_cli_rejects_a_bad_cache_medium_with_exit_2(tmp_path, capsys):
     assert main(["render", "--stack", "dev", "--config-file", str(path), "--out", str(tmp_path / "out")]) == 2
     expected = "fluid.datasets[0].cache[0].medium: expected one of 'MEM', 'SSD', 'HDD'; got 'NVME'"
     assert expected in capsys.readouterr().err
+
+
+# The chart's condition for the misplaced annotation (fluid 1.0.8,
+# templates/controller/<engine>runtime_controller.yaml): `if gt (.Values.runtime.<engine>.replicas | int) 1`.
+def renders_an_invalid_runtime_deployment(values: dict) -> bool:
+    return any(int(r.get("replicas", 1)) > 1 for r in values.get("runtime", {}).values() if isinstance(r, dict))
+
+
+@pytest.mark.parametrize("stack", ["staging", "prod"])
+def test_ha_stacks_replicate_the_controllers_fluid_scales_and_no_runtime_controller(render_stack, stack):
+    result, _ = render_stack(stack)
+    (chart,) = [c for c in result.charts if c["chart"] == "fluid"]
+    values = chart["values"]
+    assert not renders_an_invalid_runtime_deployment(values)
+    assert values["runtime"]["juicefs"]["enabled"] is True  # its one replica runs from the start
+    assert values["runtime"]["juicefs"]["resources"]["limits"]["memory"] == "2Gi"
+    assert [values[k]["replicas"] for k in ("dataset", "webhook", "fluidapp")] == [2, 2, 2]
+    assert values["webhook"]["forceReplacePluginsProfile"] is True  # the plugin profile is still there
+    budgets = {
+        o["metadata"]["name"]: o["spec"]["selector"]["matchLabels"] for o in objects(result, "PodDisruptionBudget")
+    }
+    fluid_budgets = {k: v for k, v in budgets.items() if v.get("control-plane")}
+    assert fluid_budgets == {
+        c: {"control-plane": c} for c in ("dataset-controller", "fluid-webhook", "fluidapp-controller")
+    }
+
+
+def test_the_invalid_deployment_check_sees_the_chart_condition():
+    assert renders_an_invalid_runtime_deployment({"runtime": {"juicefs": {"enabled": True, "replicas": 2}}})
+    assert not renders_an_invalid_runtime_deployment({"runtime": {"juicefs": {"enabled": True, "replicas": 1}}})
+
+
+def test_dev_runs_single_controllers_without_budgets():
+    values = chart_values(FluidSettings.model_validate({"enabled": True, "datasets": [{"name": "d"}]}))
+    assert "dataset" not in values and "fluidapp" not in values
+    assert "replicas" not in values["webhook"] and values["runtime"] == {"juicefs": values["runtime"]["juicefs"]}

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from components.jobs import JobSettings, volcano_job_spec
+from components import training
+from components.jobs import JobSettings, train_job_spec, volcano_job_spec
 from components.section import SettingsError
 from components.team import load_team_settings
 from tests.conformance.upstream import validate_custom_resource
@@ -33,6 +34,18 @@ def test_a_volcano_job_is_gang_scheduled_in_the_team_queue_and_restarts_whole():
     mounts = {m["mountPath"]: m.get("readOnly", False) for m in pod["containers"][0]["volumeMounts"]}
     assert mounts == {"/data": True, "/checkpoints": False}
     assert validate_custom_resource(job) == []  # against Volcano's upstream CRD
+
+
+def test_a_volcano_job_labels_its_pods_for_the_training_metrics_and_declares_the_port():
+    pod = volcano_job()["spec"]["tasks"][0]["template"]
+    assert pod["metadata"]["labels"] == training.METRICS_LABELS
+    (worker,) = pod["spec"]["containers"]
+    assert worker["ports"] == [{"name": "train-metrics", "containerPort": 9095, "protocol": "TCP"}]
+    assert {"name": "AI_STORAGE_METRICS_PORT", "value": "9095"} in worker["env"]
+    # A TrainJob's pods get both from the platform's runtime (test_training); its patch leaves them alone.
+    spec = train_job_spec(JobSettings(), "vision", 10001, "data", "ckpt")
+    (replicated,) = spec["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    assert "labels" not in replicated["template"]["spec"]["template"]["metadata"]
 
 
 def test_a_smaller_gang_can_start_first():

@@ -1,6 +1,9 @@
 """JuiceFS: the CSI driver release, the volume Secret and the cold tier's StorageClass."""
 
+import pulumi
+
 from components import juicefs, versions
+from components.bucket import ScopedAccess
 from components.juicefs import CacheSettings, JuiceFS, JuiceFSArgs, JuiceFSSettings, JuiceFSSource
 from components.metadata_backup import BackupSettings, backup_destination
 from components.object_store import ObjectStore, ObjectStoreArgs, ObjectStoreSettings
@@ -14,8 +17,13 @@ VOLUME = JuiceFSSource("ai-datasets", "redis://meta", "minio", MINIO_BUCKET, "ak
 COLD_ONLY = TiersSettings(hot="none", warm="none", checkpoint="none", block="none")
 
 
+def backup_keys() -> ScopedAccess:
+    """What the platform's metadata backup uploads with: keys of its own prefix."""
+    return ScopedAccess("meta-backups/", pulumi.Output.secret("bak"), pulumi.Output.secret("bsk"), None)
+
+
 def juicefs_with_cold_tier(**settings: object) -> JuiceFS:
-    built = JuiceFS("juicefs", JuiceFSArgs(JuiceFSSettings.model_validate(settings), VOLUME))
+    built = JuiceFS("juicefs", JuiceFSArgs(JuiceFSSettings.model_validate(settings), VOLUME, backup_keys()))
     StorageTiers("tiers", StorageTiersArgs(COLD_ONLY, {"juicefs": built}))
     return built
 

@@ -66,12 +66,6 @@ def test_password_and_url_are_secrets(build):
     assert "mock-meta-password" not in str(result.plan)
 
 
-def test_only_the_redis_port_is_open(build):
-    result, _ = build(engine)
-    policy = by_name(result, "NetworkPolicy", "redis")
-    assert policy["spec"]["ingress"] == [{"ports": [{"protocol": "TCP", "port": 6379}]}]
-
-
 def test_the_data_volume_is_protected_only_when_asked(build):
     for protect in (False, True):
         _, monitor = build(lambda protect=protect: engine(protect=protect))
@@ -134,15 +128,6 @@ def test_the_metadata_url_is_the_sentinel_form_and_secret(build):
     assert url["url"] == f"redis://:mock-meta-password@juicefs,{sentinels}:26379/1?{timing}"
     assert result.outputs["url"] == "[secret]"
     assert result.outputs["host"] == "redis-sentinel.juicefs-meta.svc.cluster.local"
-
-
-def test_the_sentinel_and_data_ports_are_the_only_ones_open(build):
-    result, _ = build(sentinel_engine)
-    ports = {
-        name: by_name(result, "NetworkPolicy", name)["spec"]["ingress"][0]["ports"][0]["port"]
-        for name in ("redis", "redis-sentinel")
-    }
-    assert ports == {"redis": 6379, "redis-sentinel": 26379}
 
 
 def test_pods_find_their_peers_by_stable_dns_names(build):

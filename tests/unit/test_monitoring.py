@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from components.jobs import JobSettings, volcano_job_spec
 from components.monitoring import CRDS, Monitoring, MonitoringArgs, MonitoringSettings
 from tests.conformance.upstream import validate_object
 from tests.conftest import by_name, objects
@@ -31,6 +32,7 @@ def test_each_part_gets_a_scrape_object_the_operator_selects(build):
         "metadata-engine",
         "fluid-controllers",
         "fluid-juicefs-runtimes",
+        "training-jobs",
     }
     assert set(services) == {"volcano-scheduler", "volcano-controllers", "minio"}
     # The queues' PodGroup counts (the gang-pending alert) come from Volcano's controllers, not its scheduler.
@@ -42,6 +44,11 @@ def test_each_part_gets_a_scrape_object_the_operator_selects(build):
     assert pods["juicefs-mounts"]["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": "juicefs-mount"}
     assert pods["juicefs-mounts"]["metadata"]["namespace"] == "juicefs-csi"
     assert services["minio"]["spec"]["endpoints"][0]["path"] == "/minio/v2/metrics/cluster"
+    # Training pods (the platform's runtimes and every team's jobs) in any namespace, on the library's port.
+    jobs = pods["training-jobs"]["spec"]
+    assert jobs["namespaceSelector"] == {"any": True}
+    assert jobs["selector"] == {"matchLabels": {"ai-storage-platform/metrics": "training"}}
+    assert jobs["podMetricsEndpoints"][0]["port"] == "train-metrics"
     for obj in [*pods.values(), *services.values(), *objects(result, "PrometheusRule")]:
         assert obj["metadata"]["labels"]["release"] == "kube-prometheus-stack"
         assert validate_object(obj, "1.33") == [], obj["kind"]
@@ -49,7 +56,8 @@ def test_each_part_gets_a_scrape_object_the_operator_selects(build):
 
 def test_a_stack_without_a_part_gets_no_scrape_object_or_alert_for_it(build):
     result, _ = build(lambda: Monitoring("mon", MonitoringArgs(MonitoringSettings(), juicefs_namespace="jfs")))
-    assert {o["metadata"]["name"] for o in objects(result, "PodMonitor")} == {"juicefs-mounts", "juicefs-csi"}
+    pod_monitors = {o["metadata"]["name"] for o in objects(result, "PodMonitor")}
+    assert pod_monitors == {"juicefs-mounts", "juicefs-csi", "training-jobs"}
     assert not objects(result, "ServiceMonitor")
     alerts = {
         r.get("alert")
@@ -67,7 +75,7 @@ def test_every_object_waits_for_the_operators_crds(build):
         for c in CRDS
     }
     operator_objects = [r for r in monitor.registrations if r.type.startswith("kubernetes:monitoring.coreos.com")]
-    assert len(operator_objects) == 9  # 5 PodMonitors, 3 ServiceMonitors, 1 PrometheusRule
+    assert len(operator_objects) == 10  # 6 PodMonitors, 3 ServiceMonitors, 1 PrometheusRule
     for r in operator_objects:
         assert crds <= set(r.dependencies), r.name
 
@@ -77,4 +85,24 @@ def test_dashboards_are_labelled_for_the_grafana_sidecar(build):
     config = by_name(result, "ConfigMap", "ai-storage-dashboards")
     assert config["metadata"]["labels"]["grafana_dashboard"] == "1"
     titles = {json.loads(text)["title"] for text in config["data"].values()}
-    assert titles == {"AI storage / data path", "AI storage / metadata and object store"}
+    assert titles == {
+        "AI storage / data path",
+        "AI storage / metadata and object store",
+        "AI storage / training jobs and data protection",
+    }
+
+
+def test_the_training_podmonitor_selects_the_runtimes_pods_and_a_team_volcano_jobs_pods_on_their_port(
+    render_stack,
+):
+    runtime = {"name": "torch", "queue": "team-a", "datasetClaim": "imagenet-mini"}
+    result, _ = render_stack("dev", volcano={"queues": [{"name": "team-a"}]}, training={"runtimes": [runtime]})
+    spec = by_name(result, "PodMonitor", "training-jobs")["spec"]
+    runtime_spec = by_name(result, "ClusterTrainingRuntime", "torch")["spec"]
+    runtime_pod = runtime_spec["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    volcano_pod = volcano_job_spec(JobSettings(kind="volcano", image="trainer:1"), "q", 10001, "d", "c")["tasks"][0]
+    for pod in (runtime_pod, volcano_pod["template"]):
+        assert spec["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+        ports = [p["name"] for c in pod["spec"]["containers"] for p in c.get("ports", [])]
+        assert [e["port"] for e in spec["podMetricsEndpoints"]] == ports
+    assert spec["namespaceSelector"] == {"any": True}  # team namespaces are not known here

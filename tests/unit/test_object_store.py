@@ -1,8 +1,12 @@
 """ObjectStore: MinIO owned in-cluster for dev, AWS S3 with the guards a production bucket needs, Ceph RGW."""
 
+import json
+
 import pulumi
+import pytest
 
 from components import versions
+from components.bucket import check_prefix, prefix_policy
 from components.ceph import RookCephSettings
 from components.minio import MinioSettings
 from components.object_store import ObjectStore, ObjectStoreArgs, ObjectStoreSettings
@@ -76,17 +80,14 @@ def test_s3_bucket_has_versioning_encryption_public_block_and_lifecycle(build):
     assert all(block[k] for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets"))
     rule = inputs_of(monitor, "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration")[0]["rules"][0]
     assert rule["transitions"] == [{"days": 14, "storageClass": "STANDARD_IA"}]
-    assert "aws:iam/accessKey:AccessKey" in types
     assert result.outputs["endpoint"] == "https://s3.eu-west-1.amazonaws.com"
 
 
-def test_s3_with_oidc_uses_a_role_for_service_accounts_not_keys(build):
+def test_s3_has_no_admin_credentials_only_scopes(build):
     arn = "arn:aws:iam::123456789012:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/ABC"
-    _, monitor = build(lambda: store(ObjectStoreSettings(backend="s3", s3=S3Settings(oidc_provider_arn=arn))))
-    types = [r.type for r in monitor.registrations]
-    assert "aws:iam/role:Role" in types and "aws:iam/accessKey:AccessKey" not in types
-    trust = inputs_of(monitor, "aws:iam/role:Role")[0]["assumeRolePolicy"]
-    assert "system:serviceaccount:juicefs-csi:juicefs-csi-node-sa" in trust
+    for s3 in (S3Settings(), S3Settings(oidc_provider_arn=arn)):
+        _, monitor = build(lambda s3=s3: store(ObjectStoreSettings(backend="s3", s3=s3)))
+        assert not [r for r in monitor.registrations if r.type.startswith("aws:iam/")]
 
 
 def test_protect_flag_guards_bucket_and_data_volumes(build):
@@ -122,3 +123,132 @@ def test_ceph_rgw_endpoint_is_the_gateway_service(build):
     assert result.outputs == {"endpoint": "http://rook-ceph-rgw-ai-objects.rook-ceph.svc:80", "bucket": RGW.bucket}
     assert "minio" not in {c["chart"] for c in result.charts}
     assert [o for o in result.manifests["store"] if o["kind"] == "StatefulSet"] == []
+
+
+OIDC = "arn:aws:iam::123456789012:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/ABC"
+TEAM = ("vision", "offsite")
+"""The (namespace, ServiceAccount) a team's offsite copies run as."""
+
+
+def two_scopes(built: ObjectStore) -> ObjectStore:
+    """A team's checkpoints and the metadata backups, as a platform asks for them."""
+    for name, prefix, account in (
+        ("vision", "checkpoints/vision/", TEAM),
+        ("backup", "meta-backups/", ("juicefs-csi", "metadata-backup")),
+    ):
+        access = built.scoped_access(name, prefix, account)
+        pulumi.export(f"{name}-access-key", access.access_key)
+        pulumi.export(f"{name}-role", access.role_arn)
+    built.finish()
+    return built
+
+
+def test_prefix_policy_reaches_only_the_prefix_and_lists_only_under_it():
+    statements = {s["Sid"]: s for s in json.loads(prefix_policy("b", "checkpoints/vision/"))["Statement"]}
+    assert statements["ObjectsUnderPrefix"]["Resource"] == "arn:aws:s3:::b/checkpoints/vision/*"
+    assert {"s3:GetObject", "s3:PutObject", "s3:DeleteObject"} <= set(statements["ObjectsUnderPrefix"]["Action"])
+    listing = statements["ListUnderPrefix"]
+    assert listing["Resource"] == "arn:aws:s3:::b"
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["checkpoints/vision/*"]}}
+    assert statements["BucketLocation"]["Action"] == ["s3:GetBucketLocation"]
+    assert all(s["Effect"] == "Allow" and "*" not in s["Action"] for s in statements.values())
+
+
+def test_a_scope_prefix_must_be_whole_path_segments(build):
+    for bad in ("checkpoints/vision", "/checkpoints/", "checkpoints/*", "", "Checkpoints/"):
+        with pytest.raises(ValueError, match="trailing '/'"):
+            check_prefix(bad)
+
+    def twice() -> None:
+        built = store()
+        built.scoped_access("vision", "checkpoints/vision/", TEAM)
+        built.scoped_access("vision", "checkpoints/other/", TEAM)
+
+    with pytest.raises(Exception, match="scope 'vision' exists already"):
+        build(twice)
+
+
+def test_s3_scope_is_an_iam_user_whose_policy_names_only_its_prefix(build):
+    result, monitor = build(lambda: two_scopes(store(ObjectStoreSettings(backend="s3", bucket="ai-data-x"))))
+    users = {u["name"]: u for u in inputs_of(monitor, "aws:iam/user:User")}
+    assert {"ai-data-x-vision", "ai-data-x-backup"} <= set(users)
+    assert users["ai-data-x-vision"]["tags"]["ai-storage-platform/service-account"] == "vision/offsite"
+    policies = {p["policy"] for p in inputs_of(monitor, "aws:iam/userPolicy:UserPolicy")}
+    assert prefix_policy("ai-data-x", "checkpoints/vision/") in policies
+    assert prefix_policy("ai-data-x", "meta-backups/") in policies
+    assert result.outputs["vision-access-key"] == "[secret]"
+    assert result.outputs["vision-role"] is None
+
+
+def test_s3_scope_with_oidc_is_a_role_only_its_service_account_assumes(build):
+    settings = ObjectStoreSettings(backend="s3", bucket="ai-data-x", s3=S3Settings(oidc_provider_arn=OIDC))
+    result, monitor = build(lambda: two_scopes(store(settings)))
+    roles = [json.loads(r["assumeRolePolicy"]) for r in inputs_of(monitor, "aws:iam/role:Role")]
+    issuer = "oidc.eks.us-east-1.amazonaws.com/id/ABC"
+    team = [
+        r
+        for r in roles
+        if r["Statement"][0]["Condition"]["StringEquals"][f"{issuer}:sub"] == ["system:serviceaccount:vision:offsite"]
+    ]
+    assert len(team) == 1, roles
+    statement = team[0]["Statement"][0]
+    assert statement["Action"] == "sts:AssumeRoleWithWebIdentity"
+    assert statement["Principal"] == {"Federated": OIDC}
+    assert statement["Condition"]["StringEquals"][f"{issuer}:aud"] == "sts.amazonaws.com"
+    policies = {p["policy"] for p in inputs_of(monitor, "aws:iam/rolePolicy:RolePolicy")}
+    assert prefix_policy("ai-data-x", "checkpoints/vision/") in policies
+    assert not [u for u in inputs_of(monitor, "aws:iam/user:User") if u["name"].endswith("-vision")]
+    assert result.outputs["vision-role"] is not None
+
+
+def test_minio_scope_is_a_user_and_policy_made_by_a_job_of_its_own(build):
+    result, _ = build(lambda: two_scopes(store(ObjectStoreSettings(bucket="ai-data-x"))))
+    jobs = {j["metadata"]["name"]: j for j in objects(result, "Job")}
+    assert {"minio-scope-vision", "minio-scope-backup"} <= set(jobs)
+    job = jobs["minio-scope-vision"]
+    pod = job["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == versions.MINIO_CLIENT_IMAGE
+    script = pod["containers"][0]["args"][0]
+    for step in ("mc admin user add", "mc admin policy create", "mc admin policy attach"):
+        assert step in script
+    assert {"name": "POLICY", "value": "scope-vision"} in pod["containers"][0]["env"]
+    assert {"name": "scope", "secret": {"secretName": "minio-scope-vision"}} in pod["volumes"]
+    keys = by_name(result, "Secret", "minio-scope-vision")
+    assert keys["metadata"]["namespace"] == "object-store"
+    assert keys["stringData"] == {"access-key": "[secret]", "secret-key": "[secret]"}
+    policy = next(e["value"] for e in pod["containers"][0]["env"] if e["name"] == "POLICY_DOCUMENT")
+    assert policy == prefix_policy("ai-data-x", "checkpoints/vision/")
+    # No key in the pod spec: the Job reads them from the mounted Secret.
+    assert "[secret]" not in json.dumps(pod)
+
+
+def test_ceph_rgw_scope_is_a_user_granted_its_prefix_by_the_bucket_policy(build):
+    result, _ = build(lambda: two_scopes(store_on_ceph()))
+    user = by_name(result, "CephObjectStoreUser", "scope-vision")
+    assert user["spec"]["keys"][0]["accessKeyRef"] == {"name": "rgw-scope-vision-keys", "key": "access-key"}
+    claim = by_name(result, "ObjectBucketClaim", RGW.bucket)
+    assert claim["metadata"]["namespace"] == "rook-ceph"
+    config = claim["spec"]["additionalConfig"]
+    assert config["bucketOwner"] == "juicefs"
+    grants = {}
+    for s in json.loads(config["bucketPolicy"])["Statement"]:
+        for principal in s["Principal"]["AWS"]:
+            grants.setdefault(principal, set()).add(s.get("Resource"))
+    assert grants["arn:aws:iam:::user/scope-vision"] == {
+        f"arn:aws:s3:::{RGW.bucket}/checkpoints/vision/*",
+        f"arn:aws:s3:::{RGW.bucket}",
+    }
+    assert f"arn:aws:s3:::{RGW.bucket}/meta-backups/*" in grants["arn:aws:iam:::user/scope-backup"]
+    storage_class = by_name(result, "StorageClass", claim["spec"]["storageClassName"])
+    assert storage_class["provisioner"] == "rook-ceph.ceph.rook.io/bucket"
+    operator = next(c for c in result.charts if c["chart"] == "rook-ceph")
+    assert "bucketPolicy" in operator["values"]["obcAllowAdditionalConfigFields"].split(",")
+
+
+def test_ceph_rgw_refuses_a_scope_after_the_bucket_policy_is_written(build):
+    def late() -> None:
+        built = two_scopes(store_on_ceph())
+        built.scoped_access("late", "checkpoints/late/", ("late", "offsite"))
+
+    with pytest.raises(Exception, match="after the ceph-rgw bucket policy was written"):
+        build(late)

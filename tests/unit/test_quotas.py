@@ -1,12 +1,19 @@
-"""Quotas: per-tier storage quotas and container defaults of a team's namespace, checked at settings time."""
+"""Quotas: per-tier storage quotas and container defaults of a vended team namespace, checked at settings time,
+and the admission policy that refuses claims no tier's quota counts."""
 
 from __future__ import annotations
 
+import functools
+
+import celpy
 import pytest
 
-from components.quotas import QuotaSettings, TierQuota, limit_range_spec, quota_spec
+from components import render
+from components.quotas import TEAM_LABEL, ContainerDefaults, QuotaSettings, TierQuota, limit_range_spec, quota_spec
 from components.section import SettingsError
-from components.team import load_team_settings
+from components.settings import load_settings
+from tests.conftest import STACKS, objects
+from tests.kube_semantics import admit_container, default_storage_class, selects
 
 
 def test_the_quota_limits_each_tier_class_by_storage_and_claims():
@@ -20,55 +27,182 @@ def test_the_quota_limits_each_tier_class_by_storage_and_claims():
     }
 
 
-def test_containers_that_set_nothing_get_the_defaults():
-    (limits,) = limit_range_spec(QuotaSettings())["limits"]
-    assert limits["type"] == "Container"
-    assert limits["defaultRequest"] == {"cpu": "500m", "memory": "1Gi"} and limits["default"] == {"memory": "4Gi"}
+def test_containers_that_set_nothing_get_the_default_requests_and_no_limit():
+    container, errors = admit_container(limit_range_spec(QuotaSettings()), {"name": "train"})
+    assert container["resources"] == {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {}} and errors == []
 
 
 @pytest.mark.parametrize(
-    ("config", "key", "expected"),
+    "resources",
     [
-        ({"dataset": {"size": "3Ti"}, "quota": {"tiers": {"cold": {"storage": "2Ti"}}}}, "dataset.size", "at most 2Ti"),
-        (
-            {"checkpoint": {"size": "1Ti"}, "quota": {"tiers": {"checkpoint": {"claims": 0}}}},
-            "checkpoint.size",
-            "at most 0",
-        ),
-        ({"environment": "dev", "checkpoint": {"size": "2Ti"}}, "checkpoint.size", "at most 1Ti"),
+        {"requests": {"memory": "8Gi"}},  # found on a real control plane with the old 4Gi default limit
+        {"requests": {"memory": "8Gi", "cpu": "4"}},
+        {"limits": {"memory": "16Gi"}},
+        {"requests": {"memory": "8Gi"}, "limits": {"memory": "8Gi"}},
     ],
 )
-def test_a_workspace_whose_own_claims_exceed_its_quota_is_refused(config, key, expected):
-    with pytest.raises(SettingsError) as caught:
-        load_team_settings(config)
-    message = str(caught.value)
-    assert f"{key}:" in message and expected in message and "Hint: raise quota.tiers." in message
+def test_a_container_that_asks_for_more_than_the_defaults_stays_valid(resources):
+    container, errors = admit_container(limit_range_spec(QuotaSettings()), {"name": "train", "resources": resources})
+    assert errors == []
+    assert container["resources"]["requests"]["memory"] == resources.get("requests", resources.get("limits"))["memory"]
 
 
-def test_a_fluid_dataset_is_not_counted_as_a_cold_tier_claim():
-    config = {"dataset": {"source": "fluid", "size": "3Ti"}, "workspace": {"podSecurity": "privileged"}}
-    assert load_team_settings({**config, "quota": {"tiers": {"cold": {"storage": "1Ti"}}}})
+def test_a_default_memory_limit_applies_and_refuses_bigger_requests_as_kubernetes_does():
+    quota = QuotaSettings(container_defaults=ContainerDefaults(memory_limit="4Gi"))
+    container, errors = admit_container(limit_range_spec(quota), {"name": "train"})
+    assert container["resources"]["limits"] == {"memory": "4Gi"} and errors == []
+    _, errors = admit_container(
+        limit_range_spec(quota), {"name": "train", "resources": {"requests": {"memory": "8Gi"}}}
+    )
+    assert errors and "must be less than or equal to memory limit" in errors[0]
 
 
-def test_the_environment_profile_gives_the_defaults_and_the_team_overrides_them():
-    dev = load_team_settings({"environment": "dev"})
-    assert dev.quota.tiers["cold"].storage == "2Ti"  # stacks/dev.yaml teams.quota
-    assert load_team_settings({}).quota.tiers["cold"].storage == QuotaSettings().tiers["cold"].storage
-    mine = load_team_settings({"environment": "dev", "quota": {"tiers": {"cold": {"storage": "3Ti"}}}})
-    assert mine.quota.tiers["cold"].storage == "3Ti" and mine.quota.tiers["hot"].storage == "500Gi"
+def vended(**team: object) -> dict:
+    """Platform config with one vended team (over the dev profile's teams)."""
+    return {"teams": {"workspaces": [{"name": "nlp", **team}]}}
 
 
 @pytest.mark.parametrize(
-    ("config", "key", "expected"),
+    ("team", "key", "expected"),
+    [
+        ({"space": "3Ti"}, "space", "at most 2Ti"),  # dev's teams.quota: 2Ti cold
+        ({"space": "1Ti", "quota": {"tiers": {"cold": {"storage": "500Gi"}}}}, "space", "at most 500Gi"),
+        ({"datasets": ["a", "b"], "quota": {"tiers": {"cold": {"claims": 1}}}}, "datasets[0]", "at most 1 claim"),
+    ],
+)
+def test_a_team_whose_vended_claims_exceed_its_quota_is_refused(team, key, expected):
+    with pytest.raises(SettingsError) as caught:
+        load_settings("dev", vended(**team))
+    message = str(caught.value)
+    assert f"teams.workspaces[0].{key}:" in message and expected in message and "Hint: raise quota.tiers." in message
+
+
+def test_a_fluid_reference_dataset_is_not_counted_as_a_cold_tier_claim():
+    team = {"fluidDatasets": ["imagenet-mini"], "quota": {"tiers": {"cold": {"claims": 0}}}}
+    assert load_settings("dev", vended(**team)).teams.workspaces[0].fluid_datasets == ["imagenet-mini"]
+
+
+def test_the_profile_gives_the_defaults_and_each_team_overrides_them_key_by_key():
+    (vision, _) = load_settings("dev", {}).teams.workspaces
+    assert vision.quota.tiers["cold"].storage == "2Ti"  # stacks/dev.yaml teams.quota
+    mine = load_settings("dev", vended(quota={"tiers": {"cold": {"storage": "3Ti"}}})).teams.workspaces[0]
+    assert mine.quota.tiers["cold"] == TierQuota(storage="3Ti", claims=8)  # claims from teams.quota
+    assert mine.quota.tiers["hot"].storage == "500Gi"
+    # Without a profile's teams.quota, the code defaults are the base: a team's override keeps the other tiers.
+    prod = load_settings("prod", vended(quota={"tiers": {"cold": {"storage": "1Ti"}}})).teams.workspaces[0]
+    assert prod.quota.tiers["cold"] == TierQuota(storage="1Ti", claims=QuotaSettings().tiers["cold"].claims)
+    assert prod.quota.tiers["hot"] == QuotaSettings().tiers["hot"]
+
+
+@pytest.mark.parametrize(
+    ("team", "key", "expected"),
     [
         ({"quota": {"tiers": {"archive": {}}}}, "quota.tiers.archive", "expected"),
         ({"quota": {"tiers": {"cold": {"storage": "lots"}}}}, "quota.tiers.cold.storage", "Kubernetes quantity"),
         ({"quota": {"tiers": {"cold": {"claims": -1}}}}, "quota.tiers.cold.claims", ">= 0"),
-        ({"environment": "qa"}, "profile", "expected one of"),
+        ({"quota": "small"}, "quota", "expected a mapping"),
+        (
+            {"quota": {"containerDefaults": {"memoryRequest": "2Gi", "memoryLimit": "1Gi"}}},
+            "quota.containerDefaults.memoryLimit",
+            "expected at least memoryRequest (2Gi)",
+        ),
+        ({"quota": {"containerDefaults": {"memoryLimit": "lots"}}}, "quota.containerDefaults.memoryLimit", "quantity"),
     ],
 )
-def test_bad_quota_settings_are_rejected_with_key_and_hint(config, key, expected):
+def test_bad_quota_settings_are_rejected_with_key_and_hint(team, key, expected):
     with pytest.raises(SettingsError) as caught:
-        load_team_settings(config)
+        load_settings("dev", vended(**team))
     message = str(caught.value)
-    assert f"{key}" in message and expected in message and "Hint:" in message
+    assert f"teams.workspaces[0].{key}" in message and expected in message and "Hint:" in message
+
+
+# ---------------------------------------------------------------- claims outside the tiers
+
+
+@functools.cache
+def rendered(stack: str) -> render.Rendering:
+    return render.rendering(stack, render.run(stack))
+
+
+def admits(stack: str, claim: dict, user: str = "alice", default_class: str | None = None) -> bool:
+    """Whether the stack's ValidatingAdmissionPolicy admits ``claim`` (created by ``user``, after the
+    DefaultStorageClass plugin), its CEL evaluated by cel-python as the API server evaluates it."""
+    (policy,) = objects(rendered(stack), "ValidatingAdmissionPolicy")
+    (rule,) = policy["spec"]["validations"]
+    env = celpy.Environment()
+    program = env.program(env.compile(rule["expression"]))
+    activation = {
+        "object": celpy.json_to_cel(default_storage_class(claim, default_class)),
+        "request": celpy.json_to_cel({"userInfo": {"username": user}, "operation": "CREATE"}),
+    }
+    result = program.evaluate(activation)
+    assert isinstance(result, celpy.celtypes.BoolType), result  # an error would fail closed (failurePolicy Fail)
+    return bool(result)
+
+
+def claim(storage_class: str | None = None, **spec: object) -> dict:
+    """A claim as a team's manifest writes it (``storage_class`` None leaves the field out)."""
+    body = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "100Ti"}}, **spec}
+    if storage_class is not None:
+        body["storageClassName"] = storage_class
+    meta = {"name": "data", "namespace": "team-a"}
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": body}
+
+
+def tier_classes(stack: str) -> list[str]:
+    return [sc["metadata"]["name"] for sc in objects(rendered(stack), "StorageClass")]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_claims_on_every_tier_class_are_admitted(stack):
+    classes = tier_classes(stack)
+    assert classes
+    for name in classes:
+        assert admits(stack, claim(name)), name
+
+
+@pytest.mark.parametrize("stack", STACKS)
+@pytest.mark.parametrize(
+    ("storage_class", "default_class"),
+    [(None, None), ("", None), ("", "hot"), ("gp3", None), (None, "gp3"), ("fluid", None), ("hot-x", None)],
+)
+def test_claims_no_tier_counts_are_refused(stack, storage_class, default_class):
+    assert not admits(stack, claim(storage_class), default_class=default_class)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_a_claim_without_a_class_takes_a_tier_default_class_and_is_counted(stack):
+    assert admits(stack, claim(None), default_class=tier_classes(stack)[0])
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_only_fluids_controllers_create_claims_of_fluids_class(stack):
+    fluid = load_settings(stack, {}).fluid
+    controller = f"system:serviceaccount:{fluid.namespace}:juicefsruntime-controller"
+    assert admits(stack, claim("fluid", volumeName="team-a-data"), user=controller) is fluid.enabled
+    assert not admits(stack, claim("fluid"), user="system:serviceaccount:team-a:default")
+    assert not admits(stack, claim("fluid"), user=f"system:serviceaccount:{fluid.namespace}x:default")
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_policy_denies_in_team_namespaces_only(stack):
+    (policy,) = objects(rendered(stack), "ValidatingAdmissionPolicy")
+    (binding,) = objects(rendered(stack), "ValidatingAdmissionPolicyBinding")
+    spec = binding["spec"]
+    assert spec["policyName"] == policy["metadata"]["name"] and spec["validationActions"] == ["Deny"]
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert (rule["resources"], rule["operations"], rule["apiGroups"]) == (["persistentvolumeclaims"], ["CREATE"], [""])
+    team = {"kubernetes.io/metadata.name": "team-a", TEAM_LABEL: "a"}
+    assert selects(spec["matchResources"]["namespaceSelector"], team)
+    for platform_namespace in load_settings(stack, {}).namespaces().values():
+        assert not selects(
+            spec["matchResources"]["namespaceSelector"], {"kubernetes.io/metadata.name": platform_namespace}
+        )
+
+
+def test_clusters_before_1_30_are_refused_with_the_reason():
+    with pytest.raises(SettingsError) as caught:
+        load_settings("dev", {"cluster": {"kubernetesVersion": "1.29"}})
+    message = str(caught.value)
+    assert "cluster.kubernetesVersion: expected 1.30 or later" in message and "ValidatingAdmissionPolicy" in message

@@ -23,6 +23,19 @@ BAD_VALUES = [
     ({"objectStore": {"bucket": "Bad_Bucket"}}, "objectStore.bucket", "expected text matching"),
     ({"objectStore": {"s3": {"transitionDays": 0}}}, "objectStore.s3.transitionDays", "expected a number >= 1"),
     ({"objectStore": {"s3": {"oidcProviderArn": "eks"}}}, "objectStore.s3.oidcProviderArn", "expected text matching"),
+    (
+        {
+            "objectStore": {"backend": "s3", "s3": {"oidcProviderArn": "arn:aws:iam::123456789012:oidc-provider/x"}},
+            "fluid": {"enabled": True, "datasets": [{"name": "imagenet"}]},
+        },
+        "fluid.datasets",
+        "expected no Fluid datasets with objectStore.s3.oidcProviderArn",
+    ),
+    (
+        {"objectStore": {"s3": {"serviceAccounts": ["juicefs-csi"]}}},
+        "objectStore.s3.serviceAccounts[0]",
+        "expected `namespace:name` of a ServiceAccount",
+    ),
     ({"metadata": {"namespace": "Juice_Meta"}}, "metadata.namespace", "expected a DNS label"),
     ({"metadata": {"appendfsync": "no"}}, "metadata.appendfsync", "expected one of 'everysec', 'always'"),
     ({"metadata": {"resources": {"memoryLimit": "lots"}}}, "metadata.resources.memoryLimit", "Kubernetes quantity"),

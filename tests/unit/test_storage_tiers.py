@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pulumi
 import pytest
 
+from components.bucket import ScopedAccess
 from components.ceph import RookCephSettings
 from components.juicefs import JuiceFS, JuiceFSArgs, JuiceFSSettings, JuiceFSSource
 from components.local_nvme import LocalNVMe, LocalNVMeArgs, LocalNVMeSettings
@@ -30,11 +32,12 @@ def every_tier() -> StorageTiers:
     """The tiers as the settings' defaults map them, on real backend components."""
     ceph = RookCeph("ceph", RookCephArgs(RookCephSettings()))
     volume = JuiceFSSource("ai-datasets", "redis://meta", "minio", "http://minio:9000/b", "ak", "sk")
+    backup = ScopedAccess("meta-backups/", pulumi.Output.secret("bak"), pulumi.Output.secret("bsk"), None)
     backends = {
         "topolvm": LocalNVMe("nvme", LocalNVMeArgs(LocalNVMeSettings())),
         "cephfs": ceph,
         "rbd": ceph.block,
-        "juicefs": JuiceFS("juicefs", JuiceFSArgs(JuiceFSSettings(), volume)),
+        "juicefs": JuiceFS("juicefs", JuiceFSArgs(JuiceFSSettings(), volume, backup)),
     }
     return StorageTiers("tiers", StorageTiersArgs(TiersSettings(), backends))
 

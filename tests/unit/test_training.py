@@ -82,11 +82,21 @@ def test_runtime_and_operator_wait_for_their_charts(build):
     assert {"training-trainer", "volcano-release"} <= set(runtime)
 
 
-def test_runtime_pods_are_labelled_only_for_datasets_with_required_affinity(build):
+def test_runtime_pods_carry_the_dataset_affinity_label_only_for_datasets_with_required_affinity(build):
     result, _ = build(lambda: training_on_volcano(required=("imagenet-mini",)))
-    assert runtime_pod(result)["metadata"]["labels"] == {"fluid.io/dataset.imagenet-mini.sched": "required"}
+    affinity = {"fluid.io/dataset.imagenet-mini.sched": "required"}
+    assert runtime_pod(result)["metadata"]["labels"] == {**training.METRICS_LABELS, **affinity}
     result, _ = build(lambda: training_on_volcano(required=("coco",)))
-    assert "labels" not in runtime_pod(result)["metadata"]
+    assert runtime_pod(result)["metadata"]["labels"] == training.METRICS_LABELS
+
+
+def test_runtime_pods_are_labelled_and_declare_the_port_the_training_metrics_podmonitor_scrapes(build):
+    result, _ = build(training_on_volcano)
+    pod = runtime_pod(result)
+    assert pod["metadata"]["labels"]["ai-storage-platform/metrics"] == "training"
+    (node,) = pod["spec"]["containers"]
+    assert node["ports"] == [{"name": "train-metrics", "containerPort": 9095, "protocol": "TCP"}]
+    assert {"name": "AI_STORAGE_METRICS_PORT", "value": "9095"} in node["env"]
 
 
 def test_v1_operator_is_the_pinned_overlay_after_volcano(build):
@@ -109,7 +119,8 @@ def test_the_platform_wires_volcano_fluid_affinity_and_the_checkpoint_tier_into_
         fluid={"dataAffinity": "required", "datasets": [{"name": "imagenet-mini"}]},
         tiers={"namePrefix": "ai-"},
     )
-    assert runtime_pod(result)["metadata"]["labels"] == {"fluid.io/dataset.imagenet-mini.sched": "required"}
+    affinity = {"fluid.io/dataset.imagenet-mini.sched": "required"}
+    assert runtime_pod(result)["metadata"]["labels"] == {**training.METRICS_LABELS, **affinity}
     assert by_name(result, "PersistentVolumeClaim", "checkpoints")["spec"]["storageClassName"] == "ai-checkpoint"
     deps = {r["name"]: r["dependsOn"] for r in result.plan["resources"]}
     assert "ai-storage-volcano-release" in deps["ai-storage-training-runtime-torch-distributed-team-a"]

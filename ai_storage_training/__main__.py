@@ -1,0 +1,7 @@
+"""``python -m ai_storage_training doctor PATH``: see doctor.py."""
+
+import sys
+
+from .doctor import main
+
+sys.exit(main())

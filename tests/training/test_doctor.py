@@ -1,0 +1,142 @@
+"""The storage doctor on a plain directory (the JuiceFS mount is in tests/datapath), its thresholds, its errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from ai_storage_training import doctor
+from ai_storage_training.thresholds import THRESHOLDS, Threshold
+from components.alert_rules import AlertThresholds
+
+FIGURES = {
+    "read_throughput_mb_s",
+    "read_latency_ms",
+    "prefetch_hit_ratio_percent",
+    "checkpoint_save_seconds",
+    "checkpoint_restore_seconds",
+    "checkpoint_save_failure_percent",
+}
+
+
+def run_doctor(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ai_storage_training", "doctor", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+@pytest.fixture
+def data(tmp_path):
+    root = tmp_path / "data"
+    (root / "train").mkdir(parents=True)
+    for i in range(24):
+        (root / "train" / f"shard-{i:03d}.bin").write_bytes(os.urandom(256 * 1024))
+    return root
+
+
+@pytest.fixture
+def fio():
+    if shutil.which("fio") is None:
+        if os.environ.get("AI_STORAGE_REQUIRE_DATAPATH") == "1":
+            pytest.fail("fio is not installed (apt-get install fio)")
+        pytest.skip("fio is not installed (apt-get install fio)")
+
+
+@pytest.mark.parametrize("tool", ["fio", "python"])
+def test_doctor_reports_every_figure_on_a_plain_directory(data, tmp_path, request, tool):
+    if tool == "fio":
+        request.getfixturevalue("fio")
+    before = sorted(p.name for p in data.rglob("*"))
+    report_file = tmp_path / "report.json"
+    extra = ["--no-fio"] if tool == "python" else []
+    proc = run_doctor(str(data), "--json", str(report_file), "--read-mib", "8", "--checkpoint-mib", "2", *extra)
+    report = json.loads(report_file.read_text())
+    assert proc.returncode == (1 if report["status"] == "critical" else 0), proc.stderr
+    assert report["reads"]["tool"] == tool and report["reads"]["files"] == 24
+    assert report["reads"]["sequential_mb_s"] > 0 and report["reads"]["random_latency_ms"] > 0
+    assert report["checkpoint"]["restored_identical"] is True and report["checkpoint"]["failures"] == 0
+    assert report["juicefs"] is None and report["filesystem"]["type"] != doctor.JUICEFS_FSTYPE
+    assert {f["figure"] for f in report["findings"]} == FIGURES
+    statuses = {f["status"] for f in report["findings"]}
+    assert report["status"] == next((s for s in ("critical", "warning") if s in statuses), "ok")
+    for f in report["findings"]:  # the summary shows each figure with its status and thresholds
+        assert f"{f['status'].upper():<8} ({THRESHOLDS[f['figure']].describe()})" in proc.stdout
+    assert f"verdict: {report['status'].upper()}" in proc.stdout
+    assert sorted(p.name for p in data.rglob("*")) == before  # its test checkpoints are gone
+
+
+def test_doctor_skips_what_it_cannot_measure_and_says_why(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    report_file = tmp_path / "report.json"
+    proc = run_doctor(str(empty), "--json", str(report_file), "--checkpoint-dir", str(not_a_dir))
+    report = json.loads(report_file.read_text())
+    assert "no data files" in report["reads"]["skipped"]
+    assert "pass --checkpoint-dir with a writable path" in report["checkpoint"]["skipped"]
+    assert report["findings"] == [] and report["status"] == "ok" and proc.returncode == 0
+    assert "checkpoint: skipped: cannot write in" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["/no/such/dir"], "PATH: expected a directory; got '/no/such/dir'"),
+        ([".", "--saves", "0"], "--saves: expected a positive integer; got 0"),
+        ([".", "--step-ms", "-1"], "--step-ms: expected zero or more milliseconds"),
+    ],
+)
+def test_bad_arguments_get_a_message_and_no_traceback(args, message):
+    proc = run_doctor(*args)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_juicefs_cache_state_comes_from_the_mount_roots_virtual_files(tmp_path):
+    (tmp_path / ".stats").write_text(
+        "juicefs_blockcache_blocks 2\njuicefs_blockcache_bytes 5008192\njuicefs_blockcache_hit_bytes 300\n"
+        "juicefs_blockcache_miss_bytes 100\njuicefs_blockcache_evicts 0\njuicefs_uptime 12.5\n"
+    )
+    config = {
+        "Format": {"Name": "ai-datasets", "AccessKey": "key"},
+        "Chunk": {"CacheDir": "/var/jfsCache/x", "CacheSize": 1024},
+    }
+    (tmp_path / ".config").write_text(json.dumps(config))
+    state = doctor.juicefs_state(str(tmp_path))
+    assert state["hit_ratio_percent"] == 75.0
+    assert state["stats"]["blockcache_bytes"] == 5008192 and "uptime" not in state["stats"]
+    assert state["cache"] == {"dir": "/var/jfsCache/x", "size_bytes": 1024} and state["volume"] == "ai-datasets"
+    assert "key" not in json.dumps(state)  # nothing of the volume's credentials
+    hidden = doctor.juicefs_state(str(tmp_path / "missing"))
+    assert hidden["stats"] is None and "subdirectory bind mount" in hidden["note"]
+
+
+def test_the_thresholds_are_the_platform_alert_rules_defaults():
+    platform = AlertThresholds()
+    for name, threshold in THRESHOLDS.items():
+        alert = getattr(platform, name)
+        assert (threshold.warning, threshold.critical) == (alert.warning, alert.critical), name
+
+
+@pytest.mark.parametrize(
+    ("threshold", "value", "status"),
+    [
+        (Threshold(100, 50, below=True), 100, "ok"),
+        (Threshold(100, 50, below=True), 99.9, "warning"),
+        (Threshold(100, 50, below=True), 49, "critical"),
+        (Threshold(30, 60), 30, "ok"),
+        (Threshold(30, 60), 31, "warning"),
+        (Threshold(30, 60), 61, "critical"),
+    ],
+)
+def test_a_figure_is_judged_on_the_bad_side_of_its_levels(threshold, value, status):
+    assert threshold.judge(value) == status

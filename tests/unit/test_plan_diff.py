@@ -1,0 +1,354 @@
+"""plan_diff: what `pulumi up` does between two renders, and what it means for data; the real upgrade from 0.1.0."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components import plan_diff, render
+from components.__main__ import main
+from components.render import ROOT
+from components.settings import SettingsError, load_settings
+from tests.conftest import stack_file
+
+PREVIOUS_RELEASE = "b68ff3c"  # 0.1.0
+STACKS = ["dev", "staging", "prod"]
+
+
+# --- the real upgrade: 0.1.0 (rendered on the fly by its own program) -> this checkout -----------------------
+
+
+@pytest.fixture(scope="module")
+def upgrade(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[plan_diff.Render, plan_diff.Render]]:
+    out = tmp_path_factory.mktemp("upgrade")
+    old = plan_diff.render_ref(ROOT, PREVIOUS_RELEASE, out / "base", STACKS)
+    pairs = {}
+    for stack in STACKS:
+        render.write(render.rendering(stack, render.run(stack)), out / "head" / stack)
+        pairs[stack] = (plan_diff.load_render(old[stack]), plan_diff.load_render(out / "head" / stack))
+    return pairs
+
+
+def by_action(diff: plan_diff.StackDiff, *actions: str) -> dict[str, plan_diff.Change]:
+    return {c.id: c for c in diff.changes if c.action in actions}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_upgrade_from_0_1_0_names_exactly_the_replaces_and_nothing_blocks(upgrade, stack):
+    diff = plan_diff.diff_stack(stack, *upgrade[stack], [])
+    # The metadata engine's and MinIO's port-only NetworkPolicies give way to network_policies' (other names).
+    deleted = by_action(diff, "delete")
+    minio = ["NetworkPolicy/object-store/minio"] if stack == "dev" else []
+    # The S3 stacks' admin IAM user and its key go: every client has a scope of its own now (the upgrade
+    # revokes the key that 0.1.0 copied into team namespaces).
+    s3_admin = (
+        []
+        if stack == "dev"
+        else [
+            "aws:iam/user:User/ai-storage-object-store-user",
+            "aws:iam/accessKey:AccessKey/ai-storage-object-store-access-key",
+            "aws:iam/userPolicy:UserPolicy/ai-storage-object-store-user-policy",
+        ]
+    )
+    assert set(deleted) == {"NetworkPolicy/juicefs-meta/redis", *minio, *s3_admin}
+    replaced = by_action(diff, "replace", "rejected")
+    if stack == "dev":
+        (job,) = replaced.values()
+        assert job.id == "Job/object-store/minio-bucket-ai-datasets-dev"
+        assert job.reasons[0].startswith("`.spec.template` changed (.spec.template.spec.containers[0].env[3].value)")
+        assert "the Job runs again" in job.notes[0]
+    else:
+        (service,) = replaced.values()
+        assert service.id == "Service/juicefs-meta/redis"
+        assert service.reasons[0].startswith("`.spec.clusterIP` changed: https://github.com/pulumi/pulumi-kubernetes")
+        assert "the name resolves to nothing" in service.notes[0]
+    assert diff.blocking == [] and plan_diff.exit_code([diff]) == 0
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_upgrade_changes_the_cold_mount_options_for_new_volumes_only(upgrade, stack):
+    diff = plan_diff.diff_stack(stack, *upgrade[stack], [])
+    cold = by_action(diff, "update")["StorageClass/cold"]
+    assert cold.fields == [".mountOptions[11]"]
+    (note,) = cold.notes
+    assert '"verify-cache-checksum=extend" -> "verify-cache-checksum=shrink"' in note
+    assert "reaches only volumes provisioned from now on" in note
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_upgrade_updates_in_place_what_the_api_server_lets_change(upgrade, stack):
+    updated = by_action(plan_diff.diff_stack(stack, *upgrade[stack], []), "update")
+    # No false replace: a StatefulSet's template and replicas, a Ceph cluster's spec, StorageClass annotations.
+    assert ".spec.template.spec.containers" in " ".join(updated["StatefulSet/juicefs-meta/redis"].fields)
+    assert updated["CephCluster/rook-ceph/rook-ceph"].fields == [".spec.labels", ".spec.monitoring"]
+    assert updated["StorageClass/warm"].fields == [".metadata.annotations.ai-storage-platform/snapshot-class"]
+    assert set(updated["pulumi:providers:kubernetes/kubernetes"].fields) == {
+        ".enableConfigMapMutable",
+        ".enableSecretMutable",
+    }
+
+
+@pytest.mark.parametrize("stack", ["staging", "prod"])
+def test_upgrade_moves_the_metadata_engine_and_says_both_ways_through(upgrade, stack):
+    notes = plan_diff.diff_stack(stack, *upgrade[stack], []).notes
+    (engine,) = [n for n in notes if n.startswith("metadata engine")]
+    assert engine.startswith("metadata engine standalone -> sentinel")
+    assert "docs/runbook.md#move-the-metadata-to-another-engine" in engine
+    assert "`metadata.migratedFrom: standalone`" in engine and "`metadata.engine: standalone`" in engine
+
+
+def test_dev_keeps_its_engine():
+    assert plan_diff.engine_notes(*[plan_diff.Render({"resources": []}, {"metadataEngine": "standalone"})] * 2) == []
+
+
+# Which Secrets change data in the upgrade: the provider decides whether that is an update or a replace.
+CHANGED_SECRETS = {
+    "dev": {"Secret/juicefs-meta/redis-config"},
+    "staging": {"Secret/juicefs-meta/redis-config", "Secret/juicefs-csi/juicefs-volume"},
+    "prod": {"Secret/juicefs-meta/redis-config", "Secret/juicefs-csi/juicefs-volume"},
+}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_secrets_update_in_place_because_the_provider_allows_it(upgrade, stack):
+    updated = by_action(plan_diff.diff_stack(stack, *upgrade[stack], []), "update")
+    assert {i for i in updated if i.startswith("Secret/")} == CHANGED_SECRETS[stack]
+    if stack != "dev":
+        note = updated["Secret/juicefs-csi/juicefs-volume"].notes[0]
+        assert note.startswith("updated in place; read by ") and "StorageClass/cold" in note
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_without_secret_mutability_the_same_upgrade_replaces_those_secrets(upgrade, stack):
+    base, head = upgrade[stack]
+    plan = copy.deepcopy(head.plan)
+    (provider,) = [r for r in plan["resources"] if r["type"] == plan_diff.PROVIDER]
+    del provider["inputs"]["enableSecretMutable"]
+    diff = plan_diff.diff_stack(stack, base, plan_diff.Render(plan, head.outputs), [])
+    replaced = {i for i in by_action(diff, "replace") if i.startswith("Secret/")}
+    assert replaced == CHANGED_SECRETS[stack]
+    notes = by_action(diff, "replace")["Secret/juicefs-meta/redis-config"].notes
+    assert (
+        notes[0].startswith("deleted, then created under the same name")
+        and "StatefulSet/juicefs-meta/redis" in notes[0]
+    )
+
+
+def test_the_program_lets_secrets_and_config_maps_update_in_place(upgrade):
+    _, head = upgrade["dev"]
+    (provider,) = [r for r in head.resources if r["type"] == plan_diff.PROVIDER]
+    assert provider["inputs"]["enableSecretMutable"] == provider["inputs"]["enableConfigMapMutable"] == "true"
+
+
+# --- rules on hand-made renders --------------------------------------------------------------------------------
+
+
+def k8s(api: str, kind: str, name: str, namespace: str | None = None, **fields: Any) -> dict[str, Any]:
+    meta = {"name": name, **({"namespace": namespace} if namespace else {})}
+    group, _, version = api.rpartition("/")
+    token = f"kubernetes:{group or 'core'}/{version}:{kind}"
+    return {"type": token, "name": f"r-{kind}-{name}".lower(), "parent": None, "dependsOn": [],
+            "inputs": {"apiVersion": api, "kind": kind, "metadata": meta, **fields},
+            "protect": False, "retainOnDelete": False}  # fmt: skip
+
+
+def rendered(*resources: dict[str, Any], secret_mutable: bool = True) -> plan_diff.Render:
+    provider = {"type": plan_diff.PROVIDER, "name": "kubernetes", "parent": None, "dependsOn": [],
+                "inputs": {"enableSecretMutable": str(secret_mutable).lower()}}  # fmt: skip
+    return plan_diff.Render({"stack": "dev", "resources": [provider, *resources]}, {})
+
+
+CLAIM = k8s("v1", "PersistentVolumeClaim", "data", "team-a",
+            spec={"storageClassName": "warm", "resources": {"requests": {"storage": "10Gi"}}})  # fmt: skip
+COLD = k8s("storage.k8s.io/v1", "StorageClass", "cold", provisioner="csi.juicefs.com", reclaimPolicy="Retain",
+           parameters={"pathPattern": "x"}, mountOptions=["cache-size=100"])  # fmt: skip
+
+
+def changed(resource: dict[str, Any], *path_value: tuple[tuple[str, ...], Any]) -> dict[str, Any]:
+    new = copy.deepcopy(resource)
+    for path, value in path_value:
+        target = new["inputs"]
+        for key in path[:-1]:
+            target = target.setdefault(key, {})
+        target[path[-1]] = value
+    return new
+
+
+def one(old: dict[str, Any] | None, new: dict[str, Any] | None, acks: list[str] | None = None) -> plan_diff.Change:
+    diff = plan_diff.diff_stack("dev", rendered(*[old] if old else []), rendered(*[new] if new else []), acks or [])
+    (change,) = diff.changes
+    return change
+
+
+def test_storage_class_replaces_on_parameters_and_the_api_server_refuses_a_reclaim_policy_change():
+    params = one(COLD, changed(COLD, (("parameters", "pathPattern"), "y")))
+    assert params.action == "replace" and params.reasons[0].startswith("`.parameters` changed")
+    assert "reaches only volumes provisioned from now on" in params.notes[0]
+    policy = one(COLD, changed(COLD, (("reclaimPolicy",), "Delete")))
+    assert policy.action == "rejected" and "the API server refuses" in policy.reasons[0]
+    binding = one(COLD, changed(COLD, (("volumeBindingMode",), "Immediate")))
+    assert binding.action == "rejected"
+    options = one(COLD, changed(COLD, (("mountOptions",), ["cache-size=200"])))
+    assert options.action == "update" and "reaches only volumes provisioned" in options.notes[0]
+
+
+def test_a_claim_replaced_is_blocking_until_acknowledged():
+    new = changed(CLAIM, (("spec", "storageClassName"), "cold"))
+    blocked = one(CLAIM, new)
+    assert blocked.action == "replace" and blocked.holds_data and blocked.blocking
+    assert "binds a new, empty volume" in blocked.notes[0]
+    assert not one(CLAIM, new, ["PersistentVolumeClaim/team-a/data"]).blocking
+
+
+def test_a_claim_may_grow_but_never_shrink():
+    grow = one(CLAIM, changed(CLAIM, (("spec", "resources", "requests", "storage"), "20Gi")))
+    assert grow.action == "update" and not grow.blocking
+    shrink = one(CLAIM, changed(CLAIM, (("spec", "resources", "requests", "storage"), "5Gi")))
+    assert shrink.action == "rejected"
+
+
+def test_statefulset_replaces_on_claim_templates_but_updates_replicas_and_template():
+    sts = k8s("apps/v1", "StatefulSet", "redis", "meta", spec={
+        "replicas": 1, "serviceName": "redis", "template": {"spec": {"containers": [{"image": "redis:8"}]}},
+        "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"]}}],
+    })  # fmt: skip
+    update = one(sts, changed(sts, (("spec", "replicas"), 3), (("spec", "template", "spec", "containers"), [])))
+    assert update.action == "update"
+    template = changed(sts, (("spec", "volumeClaimTemplates"), []))
+    replace = one(sts, template)
+    assert replace.action == "replace" and replace.blocking and "keeps its claims" in replace.notes[0]
+
+
+def test_protected_or_data_holding_deletes_block():
+    protected = changed(k8s("v1", "ConfigMap", "settings", "meta"))
+    protected["protect"] = True
+    assert one(protected, None).blocking
+    namespace = k8s("v1", "Namespace", "team-a")
+    diff = plan_diff.diff_stack("dev", rendered(namespace, CLAIM), rendered(), [])
+    assert {c.id for c in diff.blocking} == {"Namespace/team-a", "PersistentVolumeClaim/team-a/data"}
+    assert not one(k8s("v1", "Namespace", "empty"), None).blocking
+
+
+def test_a_protected_resource_updated_in_place_is_named_but_does_not_block():
+    protected = changed(CLAIM)
+    protected["protect"] = True
+    grown = one(protected, changed(protected, (("spec", "resources", "requests", "storage"), "20Gi")))
+    assert grown.action == "update" and grown.protected and not grown.blocking
+    assert grown.notes == ["protected: `protect` stops replaces and deletes only; this changes it in place"]
+
+
+def test_an_immutable_secret_replaces_even_when_secrets_are_mutable():
+    secret = k8s("v1", "Secret", "keys", "meta", immutable=True, stringData={"a": "[secret]"})
+    assert one(secret, changed(secret, (("stringData", "b"), "[secret]"))).action == "replace"
+
+
+def test_rename_is_a_replace_and_random_inputs_force_a_new_value():
+    assert one(COLD, changed(COLD, (("metadata", "name"), "cold-2"))).action == "replace"
+    password = {"type": "random:index/randomPassword:RandomPassword", "name": "pw", "parent": None,
+                "dependsOn": [], "inputs": {"length": 32}}  # fmt: skip
+    assert one(password, changed(password, (("length",), 40))).action == "replace"
+
+
+def test_chart_bump_links_its_upgrade_notes():
+    chart = {"chart": "fluid", "version": "1.0.7", "name": "fluid", "namespace": "fluid-system"}
+    release = {"type": plan_diff.RELEASE, "name": "fluid", "parent": None, "dependsOn": [], "inputs": chart}
+    diff = plan_diff.diff_stack("dev", rendered(release), rendered(changed(release, (("version",), "1.0.8"))), [])
+    assert diff.changes[0].action == "update"
+    (note,) = diff.notes
+    assert note.startswith("chart fluid 1.0.7 -> 1.0.8") and plan_diff.CHART_NOTES["fluid"] in note
+    assert plan_diff.RUNBOOK_CHART in note
+
+
+def test_a_stale_acknowledgement_is_pointed_out():
+    diff = plan_diff.diff_stack("dev", rendered(COLD), rendered(COLD), ["StatefulSet/meta/redis"])
+    assert diff.notes == ["`StatefulSet/meta/redis` is acknowledged but not replaced or deleted here: remove it"]
+
+
+# --- the command: formats, and the exit rule both ways -----------------------------------------------------
+
+
+def write(folder: Path, r: plan_diff.Render) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "plan.json").write_text(json.dumps(r.plan))
+    return folder
+
+
+def claim_replaced(tmp_path: Path) -> tuple[str, str]:
+    base = write(tmp_path / "base" / "dev", rendered(CLAIM))
+    head = write(tmp_path / "head" / "dev", rendered(changed(CLAIM, (("spec", "storageClassName"), "cold"))))
+    return str(base.parent), str(head.parent)
+
+
+def project_with(tmp_path: Path, acks: list[str]) -> str:
+    stack_file(tmp_path, "dev", {"cluster": {"acknowledgeReplacements": acks}})
+    return str(tmp_path)
+
+
+def test_cli_exits_1_on_an_unacknowledged_data_replace_and_0_once_acknowledged(tmp_path, capsys):
+    base, head = claim_replaced(tmp_path)
+    assert main(["diff", base, head, "--project-dir", project_with(tmp_path, [])]) == 1
+    out = capsys.readouterr().out
+    assert "**Blocking** (exit 1)" in out and "- `PersistentVolumeClaim/team-a/data`" in out
+    acked = project_with(tmp_path, ["PersistentVolumeClaim/team-a/data"])
+    assert main(["diff", base, head, "--project-dir", acked, "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    (change,) = data["stacks"][0]["changes"]
+    assert (change["action"], change["acknowledged"], change["blocking"], data["exitCode"]) == (
+        "replace",
+        True,
+        False,
+        0,
+    )
+
+
+def test_cli_rejects_a_bad_acknowledgement_with_the_key_and_exit_2(tmp_path, capsys):
+    base, head = claim_replaced(tmp_path)
+    assert main(["diff", base, head, "--project-dir", project_with(tmp_path, ["redis"])]) == 2
+    err = capsys.readouterr().err
+    assert "cluster.acknowledgeReplacements[0]: expected a resource as the diff names it" in err
+    assert "Traceback" not in err
+
+
+def test_acknowledgement_setting_rejects_a_bad_value():
+    with pytest.raises(SettingsError, match=r"cluster\.acknowledgeReplacements\[0\]: expected a resource"):
+        load_settings("dev", {"cluster": {"acknowledgeReplacements": ["StatefulSet juicefs-meta redis"]}})
+    ok = ["StatefulSet/juicefs-meta/redis", "StorageClass/cold", "aws:s3/bucket:Bucket/ai-storage-object-store-bucket"]
+    assert load_settings("dev", {"cluster": {"acknowledgeReplacements": ok}}).cluster.acknowledge_replacements == ok
+
+
+def test_cli_renders_a_git_ref_and_reports_a_ref_that_does_not_exist(tmp_path, capsys):
+    assert main(["diff", "no-such-ref", str(tmp_path)]) == 2
+    assert "no-such-ref" in capsys.readouterr().err
+
+
+def test_review_doc_lists_every_replace_rule_the_diff_applies():
+    review = (ROOT / "docs" / "review.md").read_text()
+    assert plan_diff.FORCE_NEW_SOURCE in review and plan_diff.STORAGE_VALIDATION in review
+    for kind, fields in [("StorageClass", (".parameters", ".provisioner")), ("Service", (".spec.clusterIP",))]:
+        assert all(f"`{f}`" in review for f in fields), kind
+    assert "`reclaimPolicy`" in review and "refuses" in review
+
+
+def test_release_version_matches_the_changelog_and_its_upgrade_notes_name_each_change():
+    import tomllib
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    releases = [line.split()[1] for line in changelog.splitlines() if line.startswith("## [")]
+    assert releases[:2] == [f"[{version}]", "[0.1.0]"] and version == "0.2.0"
+    upgrade = changelog[changelog.index("### Upgrading from 0.1.0") : changelog.index("### Added")]
+    for named in (
+        "metadata.migratedFrom: standalone",
+        "metadata.engine: standalone",
+        "docs/runbook.md#move-the-metadata-to-another-engine",
+        "Service juicefs-meta/redis",
+        "Job object-store/minio-bucket-ai-datasets-dev",
+        "juicefs-csi/juicefs-volume",
+        "enableSecretMutable",
+        "StorageClass cold",
+    ):
+        assert named in upgrade, named
