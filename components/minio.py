@@ -205,7 +205,7 @@ def minio_scoper(store: str, bucket: str, ns: k8s.core.v1.Namespace, namespace: 
         checksum = pulumi.Output.unsecret(
             pulumi.Output.all(access_key, password.result).apply(lambda k: _checksum(k[0], k[1]))
         )
-        k8s.batch.v1.Job(
+        job = k8s.batch.v1.Job(
             f"{store}-{name}-user-job",
             metadata=kube.workload_metadata(
                 f"minio-scope-{name}"[:63], ns.metadata.name, JOB_RESOURCES, labels, scope_annotations
@@ -213,7 +213,13 @@ def minio_scoper(store: str, bucket: str, ns: k8s.core.v1.Namespace, namespace: 
             spec=scope_job_spec(name, namespace, policy, keys_name, checksum),
             opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[*after, keys])),
         )
-        return ScopedAccess(prefix, access_key, pulumi.Output.secret(password.result), None)
+
+        # Pulumi waits for a Job to complete: a client given these keys (the JuiceFS volume Secret, a team's
+        # offsite Secret) is created only once the Job has made the user, so its first use is not refused.
+        def once_made(key: pulumi.Output[str]) -> pulumi.Output[str]:
+            return pulumi.Output.secret(pulumi.Output.all(job.id, key).apply(lambda made: made[1]))
+
+        return ScopedAccess(prefix, once_made(access_key), once_made(password.result), None)
 
     return scope
 

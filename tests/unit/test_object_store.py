@@ -3,6 +3,7 @@
 import json
 
 import pulumi
+import pulumi_kubernetes as k8s
 import pytest
 
 from components import versions
@@ -220,6 +221,20 @@ def test_minio_scope_is_a_user_and_policy_made_by_a_job_of_its_own(build):
     assert policy == prefix_policy("ai-data-x", "checkpoints/vision/")
     # No key in the pod spec: the Job reads them from the mounted Secret.
     assert "[secret]" not in json.dumps(pod)
+
+
+def test_minio_scope_keys_reach_their_users_only_once_the_job_has_made_them(build):
+    def program():
+        built = store()
+        access = built.scoped_access("vision", "checkpoints/vision/", TEAM)
+        keys = {"access-key": access.access_key, "secret-key": access.secret_key}
+        k8s.core.v1.Secret("client", metadata={"name": "client", "namespace": "vision"}, string_data=keys)
+        built.finish()
+
+    _, monitor = build(program)
+    job = next(r for r in monitor.registrations if r.name == "store-vision-user-job")
+    client = next(r for r in monitor.registrations if r.name == "client")
+    assert job.urn in client.dependencies, "a client of the keys would not wait for the MinIO user to exist"
 
 
 def test_ceph_rgw_scope_is_a_user_granted_its_prefix_by_the_bucket_policy(build):
