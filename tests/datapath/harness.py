@@ -161,6 +161,27 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def key_files(directory: Path, access_key: str, secret_key: str) -> Path:
+    """Object-store keys as a Secret mounted into a pod: one file per key, in ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "access-key").write_text(access_key)
+    (directory / "secret-key").write_text(secret_key)
+    return directory
+
+
+def run_generated_script(script: str, home: Path, **env: str) -> subprocess.CompletedProcess:
+    """A script the platform generates (a CronJob's command), under /bin/sh with the pinned juicefs client on
+    PATH as in its image, the given environment on top of this one's."""
+    path = f"{Path(find_binary('juicefs')).parent}:{os.environ['PATH']}"
+    return subprocess.run(
+        ["/bin/sh", "-c", script],
+        env=subprocess_env(**{**env, "HOME": str(home), "PATH": path}),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
 # --------------------------------------------------------------------------------------------------
 # Redis
 

@@ -72,21 +72,15 @@ def test_only_complete_checkpoints_go_offsite_and_restore_identical(stack, gener
         # The generated script, run as the CronJob runs it; only the endpoint of DESTINATION changes.
         env = generated["offsite_env"]
         destination = harness.replace_hostport(env["DESTINATION"], f"{harness.LOOPBACK}:{stack.s3.port}")
-        secrets = tmp_path / "object-store"
-        secrets.mkdir()
-        (secrets / "access-key").write_text(stack.secret["access-key"])
-        (secrets / "secret-key").write_text(stack.secret["secret-key"])
-        path = f"{Path(harness.find_binary('juicefs')).parent}:{os.environ['PATH']}"  # juicefs as in the image
+        secrets = harness.key_files(tmp_path / "object-store", stack.secret["access-key"], stack.secret["secret-key"])
 
         def copy_offsite() -> str:
-            run = subprocess.run(
-                ["/bin/sh", "-c", generated["offsite_script"]],
-                env=harness.subprocess_env(
-                    CHECKPOINTS=f"{root}/", DESTINATION=destination, SECRETS=str(secrets), HOME=str(tmp_path), PATH=path
-                ),
-                capture_output=True,
-                text=True,
-                timeout=300,
+            run = harness.run_generated_script(
+                generated["offsite_script"],
+                tmp_path,
+                CHECKPOINTS=f"{root}/",
+                DESTINATION=destination,
+                SECRETS=str(secrets),
             )
             assert run.returncode == 0, run.stdout + run.stderr
             assert "copied step-00000010" in run.stdout, run.stdout

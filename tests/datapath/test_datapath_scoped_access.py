@@ -87,18 +87,6 @@ def delete(s3, *, bucket, key):
     s3.delete_object(Bucket=bucket, Key=key)
 
 
-def run_script(script: str, env: dict[str, str], home: Path) -> subprocess.CompletedProcess:
-    """A generated script under /bin/sh, the pinned juicefs client on PATH as in the image."""
-    path = f"{Path(harness.find_binary('juicefs')).parent}:{os.environ['PATH']}"
-    return subprocess.run(
-        ["/bin/sh", "-c", script],
-        env=harness.subprocess_env(HOME=str(home), PATH=path, **env),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
 @pytest.mark.parametrize("backend", ["s3", "minio"])
 def test_each_key_reaches_its_own_prefix_and_is_denied_elsewhere(backend, scopes, generated, fuse_ok, tmp_path):
     policies = scopes[backend]
@@ -162,20 +150,17 @@ def test_each_key_reaches_its_own_prefix_and_is_denied_elsewhere(backend, scopes
         for d in dirs.values():
             d.mkdir()
         (dirs["secrets"] / "metaurl").write_text(secret["metaurl"])
-        (dirs["keys"] / "access-key").write_text(backup.access_key)
-        (dirs["keys"] / "secret-key").write_text(backup.secret_key)
+        harness.key_files(dirs["keys"], backup.access_key, backup.secret_key)
         script = scopes["backup_script"].replace("/backup/", f"{dirs['backup']}/")  # only the scratch path
         destination = harness.replace_hostport(env["DESTINATION"], f"{harness.LOOPBACK}:{s3.port}")
-        run = run_script(
+        run = harness.run_generated_script(
             script,
-            {
-                "DESTINATION": destination,
-                "VOLUME": env["VOLUME"],
-                "SECRETS": str(dirs["secrets"]),
-                "KEYS": str(dirs["keys"]),
-                "CLIENT_ENV": str(dirs["client-env"]),
-            },
             tmp_path,
+            DESTINATION=destination,
+            VOLUME=env["VOLUME"],
+            SECRETS=str(dirs["secrets"]),
+            KEYS=str(dirs["keys"]),
+            CLIENT_ENV=str(dirs["client-env"]),
         )
         assert run.returncode == 0, run.stdout + run.stderr
         dumps = [o["Key"] for o in admin.s3.list_objects_v2(Bucket=bucket, Prefix=BACKUP_PREFIX)["Contents"]]
@@ -187,12 +172,9 @@ def test_each_key_reaches_its_own_prefix_and_is_denied_elsewhere(backend, scopes
         done = checkpoint.write_checkpoint(root, 10, [os.urandom(1024 * 1024) for _ in range(2)])
 
         def copy_offsite(keys: Keys, to: str) -> subprocess.CompletedProcess:
-            secrets = tmp_path / f"keys-{keys.access_key}"
-            secrets.mkdir(exist_ok=True)
-            (secrets / "access-key").write_text(keys.access_key)
-            (secrets / "secret-key").write_text(keys.secret_key)
+            secrets = harness.key_files(tmp_path / f"keys-{keys.access_key}", keys.access_key, keys.secret_key)
             env = {"CHECKPOINTS": f"{root}/", "DESTINATION": to, "SECRETS": str(secrets)}
-            return run_script(generated["offsite_script"], env, tmp_path)
+            return harness.run_generated_script(generated["offsite_script"], tmp_path, **env)
 
         loopback = f"{harness.LOOPBACK}:{s3.port}"
         platform_copy = harness.replace_hostport(generated["offsite_env"]["DESTINATION"], loopback)

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import checkpoint
@@ -51,24 +49,15 @@ def test_a_team_copies_its_checkpoints_under_its_prefix_with_the_delivered_targe
     done = checkpoint.write_checkpoint(root, 30, [os.urandom(256 * 1024) for _ in range(2)])
     destination = harness.replace_hostport(env["DESTINATION"], f"{harness.LOOPBACK}:{stack.s3.port}")
     destination = destination.replace("/ai-datasets-dev/", f"/{stack.s3.bucket}/")
-    secrets = tmp_path / "offsite-credentials"  # the delivered Secret, mounted as files
-    secrets.mkdir()
-    (secrets / "access-key").write_text(stack.secret["access-key"])
-    (secrets / "secret-key").write_text(stack.secret["secret-key"])
-    path = f"{Path(harness.find_binary('juicefs')).parent}:{os.environ['PATH']}"
-    run = subprocess.run(
-        ["/bin/sh", "-c", copy["command"][-1]],
-        env=harness.subprocess_env(
-            **{k: v for k, v in env.items() if k not in ("HOME", "DESTINATION", "CHECKPOINTS", "SECRETS")},
-            CHECKPOINTS=f"{root}/",
-            DESTINATION=destination,
-            SECRETS=str(secrets),
-            HOME=str(tmp_path),
-            PATH=path,
-        ),
-        capture_output=True,
-        text=True,
-        timeout=300,
+    delivered = tmp_path / "offsite-credentials"  # the delivered Secret, mounted as files
+    secrets = harness.key_files(delivered, stack.secret["access-key"], stack.secret["secret-key"])
+    run = harness.run_generated_script(
+        copy["command"][-1],
+        tmp_path,
+        **{k: v for k, v in env.items() if k not in ("HOME", "DESTINATION", "CHECKPOINTS", "SECRETS")},
+        CHECKPOINTS=f"{root}/",
+        DESTINATION=destination,
+        SECRETS=str(secrets),
     )
     assert run.returncode == 0, run.stdout + run.stderr
     listing = stack.s3.client().get_paginator("list_objects_v2")

@@ -97,19 +97,9 @@ def test_the_offsite_copy_of_the_managers_checkpoints_restores_byte_identical(st
     generated_destination = harness.replace_hostport(env["DESTINATION"], f"{harness.LOOPBACK}:{stack.s3.port}")
     bucket = f"/{stack.s3.bucket}/"  # the same bucket, apart from the other offsite test's copies
     destination = generated_destination.split(bucket, 1)[0] + bucket + "training-library/"
-    secrets = tmp_path / "object-store"
-    secrets.mkdir()
-    (secrets / "access-key").write_text(stack.secret["access-key"])
-    (secrets / "secret-key").write_text(stack.secret["secret-key"])
-    path = f"{Path(harness.find_binary('juicefs')).parent}:{os.environ['PATH']}"
-    run = subprocess.run(
-        ["/bin/sh", "-c", generated["offsite_script"]],
-        env=harness.subprocess_env(
-            CHECKPOINTS=f"{root}/", DESTINATION=destination, SECRETS=str(secrets), HOME=str(tmp_path), PATH=path
-        ),
-        capture_output=True,
-        text=True,
-        timeout=300,
+    secrets = harness.key_files(tmp_path / "object-store", stack.secret["access-key"], stack.secret["secret-key"])
+    run = harness.run_generated_script(
+        generated["offsite_script"], tmp_path, CHECKPOINTS=f"{root}/", DESTINATION=destination, SECRETS=str(secrets)
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "skip step-00000004" in run.stdout
