@@ -172,11 +172,13 @@ def offsite_cronjob_spec(
     s: OffsiteSettings,
     credentials: str,
     target: pulumi.Output[tuple[str, list[str]]],
+    account: str | None = None,
     delivered: DeliveredOffsite | None = None,
 ) -> dict[str, Any]:
     """The ``spec`` of the CronJob that copies ``claim``'s complete checkpoints to ``target`` (the destination
-    and its sync flags), reading the keys from the Secret ``credentials``; with ``delivered``, as its service
-    account, with the keys' Secret optional and the variables $(OFFSITE_URL) and $SYNC_FLAGS from its ConfigMap."""
+    and its sync flags), reading the keys from the Secret ``credentials``, as the ServiceAccount ``account`` (if
+    any); with ``delivered``, as its service account, with the keys' Secret optional and the variables
+    $(OFFSITE_URL) and $SYNC_FLAGS from its ConfigMap."""
     env: list[dict[str, Any]] = [
         {"name": "CHECKPOINTS", "value": "/checkpoints/"},
         {"name": "SECRETS", "value": "/run/secrets/object-store"},
@@ -201,7 +203,9 @@ def offsite_cronjob_spec(
     spec: dict[str, Any] = {"restartPolicy": "OnFailure"}
     if delivered is not None:
         secret["optional"] = True
-        spec["serviceAccountName"] = delivered.account
+        account = delivered.account
+    if account is not None:
+        spec["serviceAccountName"] = account
     volumes = [
         {"name": "checkpoints", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}},
         {"name": "credentials", "secret": secret},
@@ -285,7 +289,7 @@ def protect_checkpoints(
             s.offsite,
             target.credentials,
             pulumi.Output.from_input((f"$(OFFSITE_URL){claim}/", ["$SYNC_FLAGS"])),
-            target,
+            delivered=target,
         ),
         opts=pulumi.ResourceOptions(parent=parent, depends_on=after),
     )
@@ -315,12 +319,12 @@ def _offsite(
     )
     prefix = f"{OFFSITE_PREFIX}{namespace}/{claim}/"
     destination = pulumi.Output.all(target.storage, target.bucket_url).apply(lambda a: object_url(a[0], a[1], prefix))
-    spec = offsite_cronjob_spec(claim, s, secret_name, destination)
     uses: list[pulumi.Resource] = [secret]
+    account = None
     if target.role_arn is not None:
         account = offsite_account(claim)
         uses.append(role_account(f"{name}-offsite-account", account, namespace, target.role_arn, parent, after))
-        spec["jobTemplate"]["spec"]["template"]["spec"]["serviceAccountName"] = account
+    spec = offsite_cronjob_spec(claim, s, secret_name, destination, account)
     k8s.batch.v1.CronJob(
         f"{name}-offsite",
         metadata=kube.workload_metadata(f"{claim}{OFFSITE_SUFFIX}", namespace, COPY_RESOURCES),

@@ -140,9 +140,11 @@ class Platform(pulumi.ComponentResource):
         """The JuiceFS volume's access: only its data prefix (`juicefs format` stores a volume under
         `<volume name>/`); with IAM roles, a role for the mount pods and the CSI controller and node."""
         ns = s.juicefs.namespace
-        chart = [(ns, account) for account in CHART_ACCOUNTS.values()]
-        extra = [tuple(a.split(":", 1)) for a in s.object_store.s3.service_accounts]
-        trusted = [*chart, *((a[0], a[1]) for a in extra if (a[0], a[1]) not in chart)]
+        trusted = [(ns, account) for account in CHART_ACCOUNTS.values()]
+        for extra in s.object_store.s3.service_accounts:  # `namespace:name`
+            namespace, account = extra.split(":", 1)
+            if (namespace, account) not in trusted:
+                trusted.append((namespace, account))
         volume = s.juicefs.volume_name
         return self.object_store.scoped_access(
             "juicefs-volume", f"{volume}/", (ns, MOUNT_ACCOUNT), also_trusted=trusted
