@@ -675,6 +675,40 @@ def _unmount(mountpoint: Path, timeout: float = 30) -> None:
         raise HarnessError(f"could not unmount {mountpoint}")
 
 
+def _process_identity(pid: int) -> str | None:
+    """The start time of a live (not zombie) process ``pid``, which tells it from a later process given the same
+    PID; None once it has ended."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def _wait_ended(processes: Mapping[int, str], timeout: float) -> dict[int, str]:
+    """Wait up to ``timeout`` seconds for each process (PID -> start time) to end; the ones still running."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = {pid: start for pid, start in processes.items() if _process_identity(pid) == start}
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.05)
+
+
+def _end_processes(pids: Sequence[int], timeout: float = 15) -> None:
+    """Wait for ``pids`` to end by themselves within ``timeout``, then SIGKILL the rest and wait for them too;
+    raise if one still runs. (Exiting processes lose their command line before they end, so a search by
+    command line would miss them: the PIDs are taken before the unmount and followed to their end.)"""
+    processes = {pid: start for pid in pids if (start := _process_identity(pid)) is not None}
+    alive = _wait_ended(processes, timeout)
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    alive = _wait_ended(alive, timeout)
+    if alive:
+        raise HarnessError(f"juicefs processes {sorted(alive)} still run {2 * timeout:.0f}s after the unmount")
+
+
 def _mount_pids(log_path: Path, log_offset: int = 0) -> list[int]:
     """Live juicefs processes of one mount: the PIDs its own log names (``juicefs[PID]``).
 
@@ -833,15 +867,11 @@ def juicefs_mount(
             raise MountError(message)
         yield handle
     finally:
+        pids = handle.pids()  # only processes this mount's own log names
         try:
             _unmount(mountpoint)
         finally:
-            deadline = time.monotonic() + 15
-            while handle.pids() and time.monotonic() < deadline:
-                time.sleep(0.1)
-            for pid in handle.pids():  # only processes this mount's own log names
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+            _end_processes(sorted({*pids, *handle.pids()}))
 
 
 # --------------------------------------------------------------------------------------------------
