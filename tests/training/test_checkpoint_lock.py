@@ -1,0 +1,88 @@
+"""A step's lock is the lock file now at its path, not one its last holder unlinked: a process that opened the old
+file just before another released (and removed) it, and locks it afterwards, holds nothing, and must not delete
+a checkpoint that a third process is reading under the recreated lock file.
+
+The interleaving is made exact by pausing the deleting process between opening the step's hidden lock file and
+locking it (a wrapper around ``fcntl.flock`` in this process); the reader and the releasing process are real
+separate processes using the public ``CheckpointManager.load``."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ai_storage_training import CheckpointManager
+from components.render import ROOT
+
+LEASE = """
+import sys
+from ai_storage_training import CheckpointManager
+with CheckpointManager(sys.argv[1], keep=None).load(step=int(sys.argv[2])) as checkpoint:
+    assert checkpoint is not None
+    print("leased", flush=True)
+    sys.stdin.readline()  # hold the lease until told to stop
+"""
+
+
+def lease(directory: Path, step: int) -> subprocess.Popen[str]:
+    """Another process reading checkpoint ``step`` (holding its lease) until its stdin gets a line."""
+    reader = subprocess.Popen(
+        [sys.executable, "-c", LEASE, str(directory), str(step)],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert reader.stdout is not None and reader.stdout.readline() == "leased\n"
+    return reader
+
+
+def release(reader: subprocess.Popen[str]) -> None:
+    reader.communicate("done\n", timeout=30)
+    assert reader.returncode == 0
+
+
+def write(payload: bytes):
+    return lambda directory: (directory / "model.bin").write_bytes(payload)
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Iterator[Path]:
+    """A run directory with checkpoints 1 and 2 (``keep=1`` retention would delete 1)."""
+    manager = CheckpointManager(tmp_path, keep=None)
+    manager.save(1, write(b"one"))
+    manager.save(2, write(b"two"))
+    yield tmp_path
+
+
+def test_a_lock_file_unlinked_and_recreated_under_a_waiting_process_is_not_its_lock(run, monkeypatch):
+    real_flock = fcntl.flock
+    readers: list[subprocess.Popen[str]] = []
+
+    def flock(fd: int, operation: int) -> None:
+        path = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        if not readers and path.parent == run and path.name.startswith(".") and not operation & fcntl.LOCK_UN:
+            # Paused between opening the step's lock file and locking it: a process leases the checkpoint and
+            # releases it (the last holder removes the lock file), then a reader leases it again (a new file).
+            release(lease(run, 1))
+            readers.append(lease(run, 1))
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    try:
+        deleted = CheckpointManager(run, keep=1).retain()
+        monkeypatch.undo()
+        assert readers, "retention never locked a hidden lock file in the run directory (test out of date?)"
+        assert deleted == [], "retention deleted a checkpoint that another process is reading"
+        assert [c.step for c in CheckpointManager(run, keep=None).checkpoints()] == [1, 2]
+    finally:
+        for reader in readers:
+            release(reader)
+    # once nobody reads it, retention deletes it
+    assert [c.step for c in CheckpointManager(run, keep=1).retain()] == [1]
