@@ -28,7 +28,7 @@ IMPORTS = (
 RENDER = """
 import json, sys
 from pathlib import Path
-from components import render
+from components.toolchain import render
 result = render.rendering({stack!r}, render.run({stack!r}))
 render.write(result, Path({out!r}))
 print(json.dumps({{"aws": "pulumi_aws" in sys.modules}}))

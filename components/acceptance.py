@@ -16,8 +16,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field
 
-from . import kube, versions
-from .section import DnsLabel, Quantity, Resources, Section
+from .common import kube, versions
+from .sections import DnsLabel, Quantity, Resources, Section
 from .storage_tiers import TIERS, Tier
 
 

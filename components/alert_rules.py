@@ -19,7 +19,7 @@ from pydantic import Field
 
 from .checkpoints import OFFSITE_SUFFIX, SNAPSHOTS_SUFFIX
 from .metadata_backup import BACKUP_CRONJOB
-from .section import Problem, Section
+from .sections import Problem, Section
 
 DURATION = r"^[0-9]+(ms|s|m|h)$"
 STALE_AFTER_RUNS = 2

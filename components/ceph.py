@@ -13,8 +13,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from . import versions
-from .section import DnsLabel, Problem, Regex, Resources, Section
+from .common import versions
+from .sections import DnsLabel, Problem, Regex, Resources, Section
 
 OPT_IN = {
     "accept_data_loss_risk": "set rookCeph.acceptDataLossRisk: true to accept the risk (dev only)",

@@ -19,9 +19,9 @@ from pydantic import Field
 
 from ai_storage_training import layout
 
-from . import kube, versions
-from .bucket import sync_container
-from .section import Cron, Resources, Section
+from .backends.object_stores.bucket import sync_container
+from .common import kube, versions
+from .sections import Cron, Resources, Section
 
 MARKER = layout.MARKER
 """The file a checkpoint writer creates last, inside ``step-*/``."""
@@ -306,7 +306,7 @@ def _offsite(
 ) -> None:
     """The keys as a Secret in ``namespace`` (no keys with IAM roles: a ServiceAccount with the role instead)
     and the CronJob copying to ``checkpoints/<namespace>/<claim>/``."""
-    from .bucket import object_url, role_account
+    from .backends.object_stores.bucket import object_url, role_account
 
     secret_name = f"{claim}-offsite-credentials"
     keys = {"access-key": target.access_key, "secret-key": target.secret_key} if target.role_arn is None else {}

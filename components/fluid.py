@@ -16,10 +16,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from . import kube, versions
+from .common import kube, versions
 from .fluid_dataset import BucketSource, DatasetSettings, credentials, dataset
 from .juicefs import JuiceFSSource
-from .section import ControllerSettings, DnsLabel, Problem, Section
+from .sections import ControllerSettings, DnsLabel, Problem, Section
 
 REPLICATED = ("dataset-controller", "fluid-webhook", "fluidapp-controller")
 """The chart's Deployments that run `controllers.replicas` pods (each with a PodDisruptionBudget)."""

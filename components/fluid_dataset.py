@@ -15,10 +15,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field
 
-from . import kube
-from .bucket import PREFIX
+from .backends.object_stores.bucket import PREFIX
+from .common import kube
 from .juicefs import JuiceFSSource
-from .section import DnsLabel, Problem, Quantity, Section
+from .sections import DnsLabel, Problem, Quantity, Section
 
 API = "data.fluid.io/v1alpha1"
 CSI_DRIVER = "fuse.csi.fluid.io"

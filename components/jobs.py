@@ -16,8 +16,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from . import kube, training, volcano
-from .section import DnsLabel, Problem, Section
+from . import training, volcano
+from .common import kube
+from .sections import DnsLabel, Problem, Section
 
 PATCH_MANAGER = "ai-storage-platform/team-workspace"
 """Owner of the TrainJob's runtime patch (a domain-prefixed path, as the Trainer requires)."""

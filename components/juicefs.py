@@ -17,10 +17,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field
 
-from . import kube, versions
-from .bucket import ROLE_ANNOTATION, ScopedAccess, role_account
+from .backends.object_stores.bucket import ROLE_ANNOTATION, ScopedAccess, role_account
+from .common import kube, versions
 from .metadata_backup import BACKUP_ACCOUNT, BackupSecrets, BackupSettings, backup_destination, metadata_backup
-from .section import DnsLabel, Section
+from .sections import DnsLabel, Section
 from .storage_tiers import Tier, TierClass
 
 DRIVER = "csi.juicefs.com"

@@ -14,8 +14,8 @@ from typing import Any
 import pulumi
 from pydantic import Field
 
-from . import kube, versions
-from .section import DnsLabel, Problem, Section
+from .common import kube, versions
+from .sections import DnsLabel, Problem, Section
 from .storage_tiers import Tier, TierClass
 
 DRIVER = "topolvm.io"

@@ -10,9 +10,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field
 
-from . import kube
-from .bucket import object_url, sync_container
-from .section import Cron, Resources, Section
+from .backends.object_stores.bucket import object_url, sync_container
+from .common import kube
+from .sections import Cron, Resources, Section
 
 
 class BackupSettings(Section):

@@ -20,9 +20,8 @@ from typing import Any, Literal
 import pulumi
 import pulumi_kubernetes as k8s
 
-from . import kube
-from .elasticache import ElastiCacheSettings, elasticache_engine
-from .redis import (
+from .backends.metadata_engines.elasticache import ElastiCacheSettings, elasticache_engine
+from .backends.metadata_engines.redis import (
     CONFIG_SECRET,
     PORT,
     MetadataEndpoint,
@@ -34,8 +33,9 @@ from .redis import (
     exporter_container,
     redis_conf,
 )
-from .redis_sentinel import SentinelSettings, sentinel_engine
-from .section import DnsLabel, Problem, Resources, SettingsError
+from .backends.metadata_engines.redis_sentinel import SentinelSettings, sentinel_engine
+from .common import kube
+from .sections import DnsLabel, Problem, Resources, SettingsError
 
 Engine = Literal["standalone", "sentinel", "elasticache"]
 RUNBOOK = "docs/runbook.md#move-the-metadata-to-another-engine"

@@ -23,10 +23,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field
 
-from . import kube
 from .alert_rules import DURATION, RuleSettings, rule_groups
+from .common import kube
 from .dashboards import dashboards
-from .section import DnsLabel, Resources, Section
+from .sections import DnsLabel, Resources, Section
 from .training import METRICS_LABELS, METRICS_PORT_NAME
 
 API = "monitoring.coreos.com/v1"

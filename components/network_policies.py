@@ -21,12 +21,12 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from . import kube
-from .minio import PORT as S3_PORT
+from .backends.metadata_engines.redis import EXPORTER_PORT, PORT
+from .backends.metadata_engines.redis_sentinel import SENTINEL_PORT
+from .backends.object_stores.minio import PORT as S3_PORT
+from .common import kube
 from .quotas import TEAM_LABEL
-from .redis import EXPORTER_PORT, PORT
-from .redis_sentinel import SENTINEL_PORT
-from .section import DnsLabel, Section
+from .sections import DnsLabel, Section
 
 NAME_LABEL = "kubernetes.io/metadata.name"
 PROMETHEUS_POD = {"app.kubernetes.io/name": "prometheus"}

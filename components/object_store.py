@@ -17,13 +17,13 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field
 
-from . import kube
-from .bucket import Bucket, ScopedAccess, check_prefix
-from .ceph_rgw import RgwScopes, rgw_bucket
-from .minio import MinioSettings, minio_bucket
+from .backends.object_stores.bucket import Bucket, ScopedAccess, check_prefix
+from .backends.object_stores.ceph_rgw import RgwScopes, rgw_bucket
+from .backends.object_stores.minio import MinioSettings, minio_bucket
+from .backends.object_stores.s3 import S3Settings, s3_bucket
+from .common import kube
 from .rook_ceph import RgwGateway
-from .s3 import S3Settings, s3_bucket
-from .section import DnsLabel, Section
+from .sections import DnsLabel, Section
 
 
 class ObjectStoreSettings(Section):

@@ -68,73 +68,96 @@ class Platform(pulumi.ComponentResource):
     def __init__(self, name: str, args: PlatformArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ai-storage:platform:Platform", name, None, opts)
         s = args.settings
-        protect = s.cluster.protect_stateful_resources
-        child = pulumi.ResourceOptions(parent=self)
-        backends: dict[str, TierBackend] = {}
-        m = s.monitoring
-        labels = m.selector_labels if m.enabled else None
-        # Rook-Ceph and TopoLVM first: the ceph-rgw object store runs on Rook-Ceph.
-        self.rook_ceph = None
-        if s.rook_ceph.enabled:
-            rgw = s.object_store.backend == "ceph-rgw"
-            self.rook_ceph = RookCeph(f"{name}-rook-ceph", RookCephArgs(s.rook_ceph, protect, rgw, labels), child)
-            backends["cephfs"] = self.rook_ceph
-            backends["rbd"] = self.rook_ceph.block
-        if s.local_nvme.enabled:
-            backends["topolvm"] = LocalNVMe(f"{name}-local-nvme", LocalNVMeArgs(s.local_nvme, labels), child)
+        backends = self._node_storage(name, s)
         gateway = self.rook_ceph.rgw if self.rook_ceph else None
-        store_args = ObjectStoreArgs(s.object_store, protect, expirations(s), gateway, m.enabled)
-        self.object_store = ObjectStore(f"{name}-object-store", store_args, child)
-        self.metadata = None
-        self._volume: JuiceFSSource | None = None
-        juicefs = None
-        if s.juicefs.enabled:
-            previous = pulumi.Output.from_input(args.previous_outputs).apply(lambda o: previous_engine(o or {}))
-            exporter = m.exporter_resources if m.enabled else None
-            metadata = MetadataEngineArgs(s.metadata, protect, previous, exporter)
-            self.metadata = MetadataEngine(f"{name}-metadata", metadata, child)
-            store = self.object_store
-            volume = self._volume_access(s)
-            self._volume = JuiceFSSource(
-                s.juicefs.volume_name,
-                self.metadata.url,
-                store.storage_type,
-                store.bucket_url,
-                volume.access_key,
-                volume.secret_key,
-                self.metadata.client_env,
-                volume.role_arn,
-            )
-            backup = None
-            if s.juicefs.metadata_backup.enabled:
-                account = (s.juicefs.namespace, BACKUP_ACCOUNT)
-                backup = store.scoped_access("metadata-backup", BACKUP_PREFIX, account)
-            juicefs = JuiceFS(f"{name}-juicefs", JuiceFSArgs(s.juicefs, self._volume, backup), child)
+        protect = s.cluster.protect_stateful_resources
+        store_args = ObjectStoreArgs(s.object_store, protect, expirations(s), gateway, s.monitoring.enabled)
+        self.object_store = ObjectStore(f"{name}-object-store", store_args, pulumi.ResourceOptions(parent=self))
+        juicefs = self._juicefs(name, s, args.previous_outputs)
+        if juicefs is not None:
             backends["juicefs"] = juicefs
-        tiers = StorageTiers(f"{name}-tiers", StorageTiersArgs(s.tiers, backends), child)
-        self.storage_classes = tiers.classes
-        if s.acceptance.enabled:
-            StorageAcceptance(f"{name}-acceptance", StorageAcceptanceArgs(s.acceptance, tiers.classes), child)
+        tiers = self._tiers(name, s, backends)
         self._scheduling(name, s, tiers)
-        self.teams = None
-        if s.teams.workspaces:
-            teams = TeamsArgs(
-                s.teams,
-                s.tiers.name_prefix,
-                self.object_store,
-                juicefs,
-                self.volcano.release if self.volcano else None,
-                self.fluid,
-                s.fluid.datasets if s.fluid.enabled else (),
-                protect,
-            )
-            self.teams = Teams(f"{name}-teams", teams, child)
-        if m.enabled:
+        self.teams = self._teams(name, s, juicefs)
+        if s.monitoring.enabled:
             self._monitoring(name, s)
         self._walls(name, s)
         # Last: the ceph-rgw bucket policy needs every scoped access asked for above.
         self.object_store.finish()
         self.register_outputs({"storage_classes": self.storage_classes})
+
+    def _node_storage(self, name: str, s: PlatformSettings) -> dict[str, TierBackend]:
+        """Rook-Ceph and TopoLVM, first: the ceph-rgw object store runs on Rook-Ceph. Their tier backends."""
+        child = pulumi.ResourceOptions(parent=self)
+        labels = s.monitoring.selector_labels if s.monitoring.enabled else None
+        backends: dict[str, TierBackend] = {}
+        self.rook_ceph = None
+        if s.rook_ceph.enabled:
+            rgw = s.object_store.backend == "ceph-rgw"
+            protect = s.cluster.protect_stateful_resources
+            self.rook_ceph = RookCeph(f"{name}-rook-ceph", RookCephArgs(s.rook_ceph, protect, rgw, labels), child)
+            backends["cephfs"] = self.rook_ceph
+            backends["rbd"] = self.rook_ceph.block
+        if s.local_nvme.enabled:
+            backends["topolvm"] = LocalNVMe(f"{name}-local-nvme", LocalNVMeArgs(s.local_nvme, labels), child)
+        return backends
+
+    def _juicefs(
+        self, name: str, s: PlatformSettings, previous_outputs: pulumi.Input[Mapping[str, Any]] | None
+    ) -> JuiceFS | None:
+        """The metadata engine, the volume on the object store and the JuiceFS CSI driver (with JuiceFS only)."""
+        self.metadata = None
+        self._volume: JuiceFSSource | None = None
+        if not s.juicefs.enabled:
+            return None
+        child = pulumi.ResourceOptions(parent=self)
+        m = s.monitoring
+        previous = pulumi.Output.from_input(previous_outputs).apply(lambda o: previous_engine(o or {}))
+        exporter = m.exporter_resources if m.enabled else None
+        metadata = MetadataEngineArgs(s.metadata, s.cluster.protect_stateful_resources, previous, exporter)
+        self.metadata = MetadataEngine(f"{name}-metadata", metadata, child)
+        store = self.object_store
+        volume = self._volume_access(s)
+        self._volume = JuiceFSSource(
+            s.juicefs.volume_name,
+            self.metadata.url,
+            store.storage_type,
+            store.bucket_url,
+            volume.access_key,
+            volume.secret_key,
+            self.metadata.client_env,
+            volume.role_arn,
+        )
+        backup = None
+        if s.juicefs.metadata_backup.enabled:
+            account = (s.juicefs.namespace, BACKUP_ACCOUNT)
+            backup = store.scoped_access("metadata-backup", BACKUP_PREFIX, account)
+        return JuiceFS(f"{name}-juicefs", JuiceFSArgs(s.juicefs, self._volume, backup), child)
+
+    def _tiers(self, name: str, s: PlatformSettings, backends: dict[str, TierBackend]) -> StorageTiers:
+        """The tier StorageClasses on the enabled backends, and the fio acceptance Jobs that measure them."""
+        child = pulumi.ResourceOptions(parent=self)
+        tiers = StorageTiers(f"{name}-tiers", StorageTiersArgs(s.tiers, backends), child)
+        self.storage_classes = tiers.classes
+        if s.acceptance.enabled:
+            StorageAcceptance(f"{name}-acceptance", StorageAcceptanceArgs(s.acceptance, tiers.classes), child)
+        return tiers
+
+    def _teams(self, name: str, s: PlatformSettings, juicefs: JuiceFS | None) -> Teams | None:
+        """The team namespaces the platform vends (when `teams.workspaces` lists any)."""
+        if not s.teams.workspaces:
+            return None
+        teams = TeamsArgs(
+            s.teams,
+            s.tiers.name_prefix,
+            self.object_store,
+            juicefs,
+            self.volcano.release if self.volcano else None,
+            self.fluid,
+            s.fluid.datasets if s.fluid.enabled else (),
+            s.cluster.protect_stateful_resources,
+        )
+        return Teams(f"{name}-teams", teams, pulumi.ResourceOptions(parent=self))
 
     def _volume_access(self, s: PlatformSettings) -> ScopedAccess:
         """The JuiceFS volume's access: only its data prefix (`juicefs format` stores a volume under

@@ -21,8 +21,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field
 
-from . import kube
-from .section import Problem, Quantity, Section
+from .common import kube
+from .sections import Problem, Quantity, Section
 from .storage_tiers import TIERS, Tier
 
 STORAGE_CLASS_QUOTA = "{cls}.storageclass.storage.k8s.io/{resource}"

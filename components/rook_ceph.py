@@ -15,11 +15,11 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from . import kube, versions
+from .backends.object_stores.ceph_rgw import API, RgwGateway
 from .ceph import RookCephSettings, cluster_spec, filesystem_spec, object_store_spec, pool_spec
+from .common import kube, versions
 from .storage_tiers import Tier, TierClass
 
-API = "ceph.rook.io/v1"
 PROVISIONER_SECRET = "rook-csi-cephfs-provisioner"
 NODE_SECRET = "rook-csi-cephfs-node"
 RBD_PROVISIONER_SECRET = "rook-csi-rbd-provisioner"
@@ -29,17 +29,6 @@ SNAPSHOT_CLASSES = {"rbd": "ceph-block", "cephfs": "ceph-filesystem"}
 CSI_SUBVOLUME_GROUP = "csi"
 WARM_MOUNT_OPTIONS = ("noatime", "nodiratime")
 """CephFS kernel mounts take these (mount.ceph turns them into MS_NOATIME/MS_NODIRATIME)."""
-
-
-@dataclass(frozen=True)
-class RgwGateway:
-    """What an object store backend needs from the RGW that RookCeph runs."""
-
-    namespace: str
-    store: str
-    endpoint: str
-    depends_on: list[pulumi.Resource]
-    """The CephObjectStore and the release installing its CRDs."""
 
 
 OBC_FIELDS = "maxObjects,maxSize,bucketPolicy,bucketOwner"

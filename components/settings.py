@@ -1,7 +1,7 @@
 """Stack settings: the loader, the platform's settings tree and the rules that span its sections.
 
 Settings flow one way: code defaults < ``stacks/<profile>.yaml`` < ``Pulumi.<stack>.yaml``, parsed once into a
-frozen ``PlatformSettings``. A bad value is rejected before any resource is registered (see ``section``).
+frozen ``PlatformSettings``. A bad value is rejected before any resource is registered (see ``sections``).
 A little over 300 lines on purpose: the loader, the settings tree and the rules that span sections have one home.
 """
 
@@ -27,9 +27,8 @@ from .metadata_engine import MetadataSettings
 from .monitoring import MonitoringSettings
 from .network_policies import NetworkPolicySettings
 from .object_store import ObjectStoreSettings
-from .plan_diff import ResourceRef
 from .rook_ceph import RookCephSettings
-from .section import Problem, Section, SettingsError, validate
+from .sections import Problem, ResourceRef, Section, SettingsError, validate
 from .storage_tiers import TIERS, TiersSettings
 from .tenants import TeamsSettings, team_problems
 from .training import TrainingSettings

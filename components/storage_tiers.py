@@ -14,7 +14,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field
 
-from .section import Problem, Section
+from .sections import Problem, Section
 
 Tier = Literal["hot", "warm", "cold", "checkpoint", "block"]
 TIERS: tuple[Tier, ...] = ("hot", "warm", "cold", "checkpoint", "block")

@@ -19,10 +19,11 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field
 
-from . import kube, tenants
+from . import tenants
 from .checkpoints import CheckpointProtection, DeliveredOffsite, checkpoint_claim, protect_checkpoints
+from .common import kube
 from .jobs import JobSettings, train_job_spec, volcano_job_spec
-from .section import DnsLabel, Problem, Quantity, Section, validate
+from .sections import DnsLabel, Problem, Quantity, Section, validate
 from .storage_tiers import NAME_PREFIX
 
 DELIVERED = DeliveredOffsite(tenants.OFFSITE_ACCOUNT, tenants.OFFSITE_TARGET, tenants.OFFSITE_CREDENTIALS)

@@ -28,15 +28,16 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field, model_validator
 
-from . import kube, volcano
-from .bucket import ROLE_ANNOTATION, object_url
+from . import volcano
+from .backends.object_stores.bucket import ROLE_ANNOTATION, object_url
 from .checkpoints import OFFSITE_PREFIX
+from .common import kube
 from .fluid_dataset import API as FLUID_API
 from .fluid_dataset import DatasetSettings
 from .juicefs import JuiceFS
 from .object_store import ObjectStore
 from .quotas import TEAM_LABEL, QuotaSettings, limit_range_spec, over_quota, quota_spec
-from .section import DnsLabel, Problem, Quantity, Section
+from .sections import DnsLabel, Problem, Quantity, Section
 
 OFFSITE_ACCOUNT = "offsite"
 """ServiceAccount the team's offsite copies run as (annotated with the team's IAM role under IRSA)."""

@@ -25,9 +25,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field
 
-from . import checkpoints, kube, versions
+from . import checkpoints
 from .checkpoints import CheckpointProtection, OffsiteTarget, protect_checkpoints
-from .section import ControllerSettings, DnsLabel, Problem, Quantity, Section
+from .common import kube, versions
+from .sections import ControllerSettings, DnsLabel, Problem, Quantity, Section
 from .volcano import QUEUE_ANNOTATION, SCHEDULER_NAME
 
 DATA_PATH = "/data"

@@ -14,8 +14,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field
 
-from . import kube, versions
-from .section import ControllerSettings, DnsLabel, Problem, Quantity, Section
+from .common import kube, versions
+from .sections import ControllerSettings, DnsLabel, Problem, Quantity, Section
 
 SCHEDULER_NAME = "volcano"
 QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"

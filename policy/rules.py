@@ -177,7 +177,7 @@ def _redis_durable(args: ResourceValidationArgs, report: ReportViolation) -> Non
 
 def _no_latest(args: ResourceValidationArgs, report: ReportViolation) -> None:
     for problem in pin_problems(args.props):
-        report(f"{problem.lstrip('.')}; pin an exact version in components/versions.py", None)
+        report(f"{problem.lstrip('.')}; pin an exact version in components/common/versions.py", None)
 
 
 def _volcano_queues(args: ResourceValidationArgs, report: ReportViolation) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from components import mock_engine, render
+from components.toolchain import mock_engine, render
 
 Render = Callable[..., tuple[render.Rendering, render.RecordingMonitor]]
 Build = Callable[[Callable[[], object]], tuple[render.Rendering, render.RecordingMonitor]]

@@ -6,9 +6,10 @@ import functools
 
 import pytest
 
-from components import render, versions
-from components.render import ROOT
+from components.common import versions
 from components.settings import PROJECT, decode, load_settings
+from components.toolchain import render
+from components.toolchain.render import ROOT
 from tests.conformance.upstream import chart_version_errors, validate_object, values_path_errors
 from tests.conftest import STACKS
 

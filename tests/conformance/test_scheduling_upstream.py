@@ -2,7 +2,7 @@
 
 import pytest
 
-from components import versions
+from components.common import versions
 from tests.conformance.upstream import validate_custom_resource, validate_object, values_path_errors
 
 GROUPS = ("scheduling.volcano.sh/", "trainer.kubeflow.org/", "data.fluid.io/")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from components import versions
+from components.common import versions
 from tests.conformance.test_rendered_stacks import FREE_FORM, kubernetes_version
 from tests.conformance.upstream import validate_custom_resource, validate_object, values_path_errors
 from tests.conftest import objects

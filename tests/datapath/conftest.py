@@ -29,7 +29,7 @@ def generated_config(stack: str = "dev") -> dict:
     redis_exporter's password file; the command the JuiceFS CSI mount pods run once started, with the
     driver's ``${MOUNT_POINT}`` template); the passwords are the mock engine's stand-ins for pulumi-random's.
     """
-    from components import mock_engine, render
+    from components.toolchain import mock_engine, render
 
     state = {urn.rsplit("::", 1)[-1]: reg.state for urn, reg in render.run(stack).resources.items()}
 
@@ -69,8 +69,8 @@ def generated_scopes(stack: str = "dev") -> dict:
     """
     import tempfile
 
-    from components import render
-    from components.bucket import PREFIX_ANNOTATION
+    from components.backends.object_stores.bucket import PREFIX_ANNOTATION
+    from components.toolchain import render
     from tests.conftest import stack_file
 
     def states(monitor) -> dict[str, dict]:

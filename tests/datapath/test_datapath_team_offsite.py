@@ -13,8 +13,9 @@ from typing import Any
 import checkpoint
 import harness
 
-from components import render, tenants
-from components.render import ROOT
+from components import tenants
+from components.toolchain import render
+from components.toolchain.render import ROOT
 
 
 def objects(result: render.Rendering) -> list[dict[str, Any]]:

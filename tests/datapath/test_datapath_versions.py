@@ -1,5 +1,5 @@
 """Which versions of the real programs this suite proves, against what the platform ships
-(``components/versions.py``). Each run prints them in its header (``conftest.pytest_report_header``); this test
+(``components/common/versions.py``). Each run prints them in its header (``conftest.pytest_report_header``); this test
 fails when a program's major changes under the suite, or when what the platform ships moves away from what was
 proven, so docs/datapath.md ("Tested versions") is updated with it."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import harness
 
-from components import versions
+from components.common import versions
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "datapath.md"
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components import versions
-from components.render import ROOT
+from components.common import versions
+from components.toolchain.render import ROOT
 from tests.conformance.upstream import validate_object
 
 pytestmark = pytest.mark.packaging
@@ -49,8 +49,8 @@ def test_library_installs_into_a_fresh_virtualenv_and_imports(fresh_venv, tmp_pa
     venv, source = fresh_venv
     run([str(venv / "bin" / "pip"), "install", "--no-deps", "--quiet", str(source)], tmp_path)
     check = (
-        "import ai_storage_platform.settings as p, ai_storage_platform.versions as v\n"
-        "import ai_storage_platform.redis_sentinel as r\n"
+        "import ai_storage_platform.settings as p, ai_storage_platform.common.versions as v\n"
+        "import ai_storage_platform.backends.metadata_engines.redis_sentinel as r\n"
         "s = p.load_settings('prod', {})\n"
         "print(s.object_store.backend, v.JUICEFS_CSI.version, r.start_script().split()[0], p.__file__)\n"
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from components.render import ROOT
+from components.toolchain.render import ROOT
 
 pytestmark = pytest.mark.packaging
 

@@ -18,8 +18,8 @@ from pulumi_policy import (
     StackValidationArgs,
 )
 
-from components import render
 from components.settings import PROJECT
+from components.toolchain import render
 from policy.rules import POLICIES
 from tests.conftest import STACKS
 

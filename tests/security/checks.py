@@ -15,7 +15,8 @@ from typing import Any
 
 from pulumi.runtime.mocks import MockResourceArgs
 
-from components import mock_engine, render, versions
+from components.common import versions
+from components.toolchain import mock_engine, render
 from policy.rules import FLOATING, image_problem, pin_problems, walk
 
 # ---------------------------------------------------------------- helpers
@@ -92,7 +93,7 @@ def pod_security_problems(
         if release.get("createNamespace"):
             problems.append(
                 f"Release {release.get('name')}: createNamespace makes {release.get('namespace')} "
-                "without Pod Security labels; create it with components.kube.namespace"
+                "without Pod Security labels; create it with components.common.kube.namespace"
             )
     return problems
 

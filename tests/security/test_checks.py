@@ -6,8 +6,9 @@ import types
 
 import yaml
 
-from components import kube, render, versions
-from components.section import Resources
+from components.common import kube, versions
+from components.sections import Resources
+from components.toolchain import render
 from tests.security import checks
 from tests.security.test_gate import PRIVILEGED_NAMESPACES
 

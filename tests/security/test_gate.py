@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from components import render, versions
+from components.common import versions
+from components.toolchain import render
 from tests.conftest import STACKS
 from tests.security import checks
 from tests.security.conftest import cli_render

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 import yaml
 
-from components import render
 from components.alert_rules import PROTECTION, AlertThresholds, RuleSettings, Threshold, rule_groups
 from components.dashboards import dashboards
-from components.render import ROOT
-from components.section import SettingsError
+from components.sections import SettingsError
 from components.settings import load_settings
+from components.toolchain import render
+from components.toolchain.render import ROOT
 
 SETTINGS = RuleSettings()
 GROUPS = rule_groups(SETTINGS, replicas=2, ceph=True, volcano=True)

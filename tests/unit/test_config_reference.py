@@ -20,12 +20,12 @@ import pytest
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from components import plan_diff, s3, section
-from components.__main__ import config_reference
-from components.render import ROOT
-from components.section import Section, SettingsError, leaf_keys
+from components.backends.object_stores import s3
+from components.sections import Section, SettingsError, fields, leaf_keys
 from components.settings import PlatformSettings, load_settings
 from components.team import TeamSettings, load_team_settings
+from components.toolchain.cli import config_reference
+from components.toolchain.render import ROOT
 
 KEYS = [key for key, _, _ in leaf_keys(PlatformSettings)]
 TEAM_KEYS = [key for key, _, _ in leaf_keys(TeamSettings)]
@@ -34,11 +34,11 @@ Path = tuple[str | int, ...]
 """A key path: field names (camelCase) and mapping keys, list indexes as ints."""
 
 VALIDATORS = {
-    section._quantity: ("ten gigs", "expected a Kubernetes quantity"),
-    section._dns_label: ("Not_A_Label", "expected a DNS label"),
-    section._regex: ("(unclosed", "expected a regular expression"),
-    section._cron: ("every 4 hours", "expected a cron schedule"),
-    plan_diff._resource_ref: ("redis", "expected a resource as the diff names it"),
+    fields._quantity: ("ten gigs", "expected a Kubernetes quantity"),
+    fields._dns_label: ("Not_A_Label", "expected a DNS label"),
+    fields._regex: ("(unclosed", "expected a regular expression"),
+    fields._cron: ("every 4 hours", "expected a cron schedule"),
+    fields._resource_ref: ("redis", "expected a resource as the diff names it"),
     s3._service_account: ("juicefs-csi", "expected `namespace:name` of a ServiceAccount"),
 }
 """A value each of the settings' own validators refuses, with its expectation."""

@@ -12,7 +12,7 @@ import re
 import pulumi
 import pytest
 
-from components.render import ROOT
+from components.toolchain.render import ROOT
 
 DOCS = ROOT / "docs"
 COMPONENTS = {

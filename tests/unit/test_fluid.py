@@ -5,12 +5,12 @@ import json
 import pytest
 import yaml
 
-from components import versions
-from components.__main__ import main
+from components.common import versions
 from components.fluid import Fluid, FluidArgs, FluidSettings, chart_values
 from components.fluid_dataset import BucketSource
 from components.juicefs import JuiceFSSource
 from components.settings import SettingsError, load_settings
+from components.toolchain.cli import main
 from tests.conftest import by_name, objects
 
 VOLUME = JuiceFSSource("ai-datasets", "redis://meta", "minio", "http://minio:9000/ai-datasets-dev", "ak", "sk")

@@ -6,7 +6,7 @@ import pytest
 
 from components import training
 from components.jobs import JobSettings, train_job_spec, volcano_job_spec
-from components.section import SettingsError
+from components.sections import SettingsError
 from components.team import load_team_settings
 from tests.conformance.upstream import validate_custom_resource
 

@@ -2,8 +2,9 @@
 
 import pulumi
 
-from components import juicefs, versions
-from components.bucket import ScopedAccess
+from components import juicefs
+from components.backends.object_stores.bucket import ScopedAccess
+from components.common import versions
 from components.juicefs import CacheSettings, JuiceFS, JuiceFSArgs, JuiceFSSettings, JuiceFSSource
 from components.metadata_backup import BackupSettings, backup_destination
 from components.object_store import ObjectStore, ObjectStoreArgs, ObjectStoreSettings

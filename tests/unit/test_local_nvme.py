@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from components import local_nvme, versions
+from components import local_nvme
+from components.common import versions
 from components.local_nvme import LocalNVMe, LocalNVMeArgs, LocalNVMeSettings
 from components.settings import SettingsError, load_settings
 from tests.conftest import by_name

@@ -5,9 +5,10 @@ import json
 import pulumi
 import pytest
 
-from components import mock_engine, versions
-from components.__main__ import main
-from components.elasticache import ElastiCacheSettings
+from components.backends.metadata_engines.elasticache import ElastiCacheSettings
+from components.backends.metadata_engines.redis import redis_conf
+from components.backends.metadata_engines.redis_sentinel import SentinelSettings, replication_lines, sentinel_conf
+from components.common import versions
 from components.metadata_engine import (
     MetadataEngine,
     MetadataEngineArgs,
@@ -15,10 +16,10 @@ from components.metadata_engine import (
     migration_problem,
     previous_engine,
 )
-from components.redis import redis_conf
-from components.redis_sentinel import SentinelSettings, replication_lines, sentinel_conf
-from components.section import Resources, SettingsError
+from components.sections import Resources, SettingsError
 from components.settings import load_settings
+from components.toolchain import mock_engine
+from components.toolchain.cli import main
 from tests.conftest import by_name
 
 ELASTICACHE = {"subnetIds": ["subnet-0a", "subnet-0b"], "securityGroupIds": ["sg-01"]}

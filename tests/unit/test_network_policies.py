@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from components import render
 from components.quotas import TEAM_LABEL
-from components.render import ROOT
-from components.section import SettingsError
+from components.sections import SettingsError
 from components.settings import PROJECT, PlatformSettings, decode, load_settings, merge
+from components.toolchain import render
+from components.toolchain.render import ROOT
 from tests.conftest import STACKS, objects
 from tests.kube_semantics import Pod, allowed
 

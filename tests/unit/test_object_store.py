@@ -6,13 +6,13 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
-from components import versions
-from components.bucket import check_prefix, prefix_policy
+from components.backends.object_stores.bucket import check_prefix, prefix_policy
+from components.backends.object_stores.minio import MinioSettings
+from components.backends.object_stores.s3 import S3Settings
 from components.ceph import RookCephSettings
-from components.minio import MinioSettings
+from components.common import versions
 from components.object_store import ObjectStore, ObjectStoreArgs, ObjectStoreSettings
 from components.rook_ceph import RgwGateway, RookCeph, RookCephArgs
-from components.s3 import S3Settings
 from tests.conftest import by_name, objects
 
 MINIO = ObjectStoreSettings()

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from components import plan_diff, render
-from components.__main__ import main
-from components.render import ROOT
 from components.settings import SettingsError, load_settings
+from components.toolchain import plan_diff, render
+from components.toolchain.cli import main
+from components.toolchain.render import ROOT
 from tests.conftest import stack_file
 
 PREVIOUS_RELEASE = "b68ff3c"  # 0.1.0

@@ -7,9 +7,9 @@ import json
 
 import yaml
 
-from components.bucket import ROLE_ANNOTATION, prefix_policy
+from components.backends.object_stores.bucket import ROLE_ANNOTATION, prefix_policy
 from components.juicefs import CHART_ACCOUNTS, MOUNT_ACCOUNT_PARAMETER
-from components.render import ROOT
+from components.toolchain.render import ROOT
 from tests.conftest import by_name, objects
 
 OIDC = "arn:aws:iam::123456789012:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/ABC"

@@ -8,10 +8,10 @@ import functools
 import celpy
 import pytest
 
-from components import render
 from components.quotas import TEAM_LABEL, ContainerDefaults, QuotaSettings, TierQuota, limit_range_spec, quota_spec
-from components.section import SettingsError
+from components.sections import SettingsError
 from components.settings import load_settings
+from components.toolchain import render
 from tests.conftest import STACKS, objects
 from tests.kube_semantics import admit_container, default_storage_class, selects
 

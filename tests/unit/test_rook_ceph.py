@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from components import rook_ceph, versions
-from components.__main__ import main
+from components import rook_ceph
 from components.ceph import RgwSettings, RookCephSettings
+from components.common import versions
 from components.rook_ceph import RookCeph, RookCephArgs
 from components.settings import SettingsError, load_settings
+from components.toolchain.cli import main
 from tests.conformance.upstream import UPSTREAM, validate_custom_resource
 from tests.conftest import by_name, objects
 

@@ -8,10 +8,10 @@ import sys
 import pytest
 import yaml
 
-from components.__main__ import main
-from components.render import ROOT, stack_file_config
-from components.section import SettingsError, leaf_keys, validate
+from components.sections import SettingsError, leaf_keys, validate
 from components.settings import PROJECT, PlatformSettings, decode, load_profile, load_settings, profiles
+from components.toolchain.cli import main
+from components.toolchain.render import ROOT, stack_file_config
 
 BAD_VALUES = [
     # (config overrides, key path in the message, expectation text)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pulumi
 import pytest
 
-from components.bucket import ScopedAccess
+from components.backends.object_stores.bucket import ScopedAccess
 from components.ceph import RookCephSettings
 from components.juicefs import JuiceFS, JuiceFSArgs, JuiceFSSettings, JuiceFSSource
 from components.local_nvme import LocalNVMe, LocalNVMeArgs, LocalNVMeSettings
-from components.render import ROOT, stack_file_config
 from components.rook_ceph import CephBlock, RookCeph, RookCephArgs
 from components.settings import PROJECT, PlatformSettings, SettingsError, decode, load_settings
 from components.storage_tiers import TIERS, StorageTiers, StorageTiersArgs, TiersSettings, class_name
+from components.toolchain.render import ROOT, stack_file_config
 from tests.conftest import STACKS, by_name, objects
 
 WARM_SECRETS = {

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from components import render, tenants
-from components.__main__ import main
+from components import tenants
 from components.jobs import PATCH_MANAGER
 from components.settings import SettingsError
 from components.team import load_team_settings
+from components.toolchain import render
+from components.toolchain.cli import main
 from tests.conformance.upstream import validate_object
 from tests.conftest import Render, by_name, objects, stack_file
 

@@ -16,7 +16,10 @@ import pulumi
 import pytest
 from pulumi.runtime.settings import get_root_resource
 
-from components import ceph_rgw, fluid_dataset, juicefs, mock_engine, redis, render, tenants
+from components import fluid_dataset, juicefs, tenants
+from components.backends.metadata_engines import redis
+from components.backends.object_stores import ceph_rgw
+from components.toolchain import mock_engine, render
 from tests.conftest import STACKS, stack_file
 from tests.unit.test_team import EXAMPLE
 

@@ -8,12 +8,12 @@ import json
 import pytest
 
 from components import tenants
-from components.bucket import prefix_policy
+from components.backends.object_stores.bucket import prefix_policy
 from components.fluid_dataset import DatasetSettings
 from components.juicefs import JuiceFS, JuiceFSArgs, JuiceFSSettings, JuiceFSSource
 from components.object_store import ObjectStore, ObjectStoreArgs, ObjectStoreSettings
 from components.platform import expirations
-from components.section import SettingsError
+from components.sections import SettingsError
 from components.settings import load_settings
 from components.tenants import Teams, TeamsArgs, TeamsSettings
 from components.volcano import Volcano, VolcanoArgs, VolcanoSettings

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components import training, versions
+from components import training
+from components.common import versions
 from components.settings import SettingsError, load_settings
 from components.training import GANG_FLAG, Training, TrainingArgs, TrainingSettings, v1_operator_transform
 from components.volcano import Volcano, VolcanoArgs, VolcanoSettings

@@ -3,9 +3,9 @@
 import pytest
 import yaml
 
-from components import versions
-from components.__main__ import main
+from components.common import versions
 from components.settings import SettingsError, load_settings
+from components.toolchain.cli import main
 from components.volcano import QueueResources, QueueSettings, Volcano, VolcanoArgs, VolcanoSettings, queue_spec
 from tests.conftest import by_name, objects
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from components.render import ROOT
+from components.toolchain.render import ROOT
 
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
 

@@ -21,7 +21,7 @@ from pulumi.runtime.settings import get_root_resource, reset_options
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from .settings import PROJECT
+from ..settings import PROJECT
 
 SECRET = "[secret]"
 _SIG = "4dabf18193072939515e22adb298388d"

@@ -16,9 +16,9 @@ import pulumi
 import pulumi_random as random
 from pydantic import Field
 
-from . import kube, versions
+from ...common import kube, versions
+from ...sections import Section
 from .redis import DURABILITY, PORT, MetadataEndpoint, RedisSettings
-from .section import Section
 
 _HOUR = r"([01][0-9]|2[0-3]):[0-5][0-9]"
 

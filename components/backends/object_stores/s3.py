@@ -17,9 +17,9 @@ import pulumi
 from pydantic import AfterValidator, Field
 from pydantic_core import PydanticCustomError
 
-from . import kube
+from ...common import kube
+from ...sections import Section
 from .bucket import ACCOUNT_ANNOTATION, PREFIX_ANNOTATION, Bucket, ScopedAccess, Scoper, prefix_policy
-from .section import Section
 
 _SERVICE_ACCOUNT = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?:[a-z0-9]([-.a-z0-9]*[a-z0-9])?$")
 

@@ -11,8 +11,8 @@ from typing import Any, Protocol
 import pulumi
 import pulumi_kubernetes as k8s
 
-from . import kube, versions
-from .section import Resources
+from ...common import kube, versions
+from ...sections import Resources
 
 ROLE_ANNOTATION = "eks.amazonaws.com/role-arn"
 """The ServiceAccount annotation EKS reads to give a pod's AWS clients the account's IAM role."""

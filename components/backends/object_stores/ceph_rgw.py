@@ -22,13 +22,25 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
-from . import kube
+from ...common import kube
 from .bucket import ACCOUNT_ANNOTATION, PREFIX_ANNOTATION, Bucket, ScopedAccess, prefix_statements
-from .rook_ceph import API, RgwGateway
 
 RGW_USER = "juicefs"
 """CephObjectStoreUser of the `ceph-rgw` backend; it owns the bucket."""
 OBC_API = "objectbucket.io/v1alpha1"
+API = "ceph.rook.io/v1"
+"""Rook's API group and version: the CephObjectStoreUsers here, and every Ceph custom resource RookCeph makes."""
+
+
+@dataclass(frozen=True)
+class RgwGateway:
+    """What an object store backend needs from the RGW that RookCeph runs."""
+
+    namespace: str
+    store: str
+    endpoint: str
+    depends_on: list[pulumi.Resource]
+    """The CephObjectStore and the release installing its CRDs."""
 
 
 def user_spec(

@@ -18,8 +18,8 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 from pydantic import Field
 
-from . import kube, versions
-from .section import Quantity, Resources, Section
+from ...common import kube, versions
+from ...sections import Quantity, Resources, Section
 
 PORT = 6379
 DURABILITY = {"appendonly": "yes", "maxmemory-policy": "noeviction"}

@@ -23,10 +23,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
-
-from pydantic import AfterValidator
-from pydantic_core import PydanticCustomError
+from typing import Any
 
 PULUMI_K8S = "https://github.com/pulumi/pulumi-kubernetes/blob/94977969d64112b04e19945818a7d5d5f38f631d/provider/pkg"
 FORCE_NEW_SOURCE = f"{PULUMI_K8S}/provider/diff.go"
@@ -148,25 +145,6 @@ CHART_NOTES = {
     "kubeflow-trainer": "https://github.com/kubeflow/trainer/releases",
 }
 """Where each chart's upgrade notes are (the runbook's chart upgrade section covers the rest)."""
-
-_REF = re.compile(
-    r"^([A-Z][A-Za-z0-9]*/([a-z0-9]([-a-z0-9]*[a-z0-9])?/)?[a-z0-9]([-.a-z0-9]*[a-z0-9])?"
-    r"|[a-z0-9-]+:[A-Za-z0-9/._-]*:[A-Za-z0-9]+/[A-Za-z0-9._-]+)$"
-)
-
-
-def _resource_ref(value: str) -> str:
-    if not _REF.match(value):
-        raise PydanticCustomError(
-            "resource_ref",
-            "expected a resource as the diff names it: <Kind>/<namespace>/<name>, <Kind>/<name> for a "
-            "cluster-scoped object, or <type token>/<resource name> (e.g. StatefulSet/juicefs-meta/redis)",
-        )
-    return value
-
-
-ResourceRef = Annotated[str, AfterValidator(_resource_ref)]
-"""A resource as ``python -m components diff`` names it (e.g. ``StatefulSet/juicefs-meta/redis``)."""
 
 
 @dataclass
@@ -573,7 +551,7 @@ def engine(render: Render) -> str | None:
     """The metadata engine a render deploys: its ``metadataEngine`` output, or for a render from before
     outputs.json (0.1.0, when one Redis was the only engine) ``standalone`` if it has a MetadataEngine."""
     if render.outputs is not None:
-        from .metadata_engine import previous_engine
+        from ..metadata_engine import previous_engine
 
         return previous_engine(render.outputs)
     has = any(r["type"] == "ai-storage:metadata_engine:MetadataEngine" for r in render.resources)
@@ -594,8 +572,8 @@ def engine_notes(base: Render, head: Render) -> list[str]:
 
 def acknowledgements(project: Path, stack: str) -> list[str]:
     """``cluster.acknowledgeReplacements`` of ``project``'s stack (none without a stack file there)."""
+    from ..settings import PROJECT, decode, load_settings
     from .render import stack_file_config
-    from .settings import PROJECT, decode, load_settings
 
     path = project / f"Pulumi.{stack}.yaml"
     if not path.is_file():

@@ -19,9 +19,9 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 from pydantic import Field
 
-from . import kube, versions
+from ...common import kube, versions
+from ...sections import Problem, Quantity, Resources, Section
 from .bucket import ACCOUNT_ANNOTATION, PREFIX_ANNOTATION, Bucket, ScopedAccess, Scoper, prefix_policy
-from .section import Problem, Quantity, Resources, Section
 
 PORT = 9000
 ROOT_DIR = "/run/secrets/minio-root"

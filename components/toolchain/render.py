@@ -18,11 +18,11 @@ from typing import Any
 
 import yaml
 
+from ..sections import Problem, SettingsError
+from ..settings import PROJECT
 from .mock_engine import SECRET, RecordingMonitor, Registration, run_program
-from .section import Problem, SettingsError
-from .settings import PROJECT
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RELEASE = "kubernetes:helm.sh/v3:Release"
 
 

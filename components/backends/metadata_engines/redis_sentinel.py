@@ -19,7 +19,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field
 
-from . import kube, versions
+from ...common import kube, versions
+from ...sections import DnsLabel, Resources, Section
 from .redis import (
     CONFIG_DIR,
     CONFIG_SECRET,
@@ -34,7 +35,6 @@ from .redis import (
     ping_probe,
     redis_conf,
 )
-from .section import DnsLabel, Resources, Section
 
 SENTINEL_PORT = 26379
 SCRIPTS_DIR = "/opt/redis-start"
