@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from components.render import ROOT
+from components.toolchain.render import ROOT
 
 GUARD = """#!/bin/sh
 if [ "$1" = -m ]; then echo "scripts/test went on to install (python3 $*)" >&2; exit 97; fi

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from ai_storage_training import CheckpointManager
-from components.render import ROOT
+from components.toolchain.render import ROOT
 
 LEASE = """
 import sys
