@@ -20,6 +20,7 @@ from components.sections import SettingsError
 from components.settings import load_settings
 from components.toolchain import render
 from components.toolchain.render import ROOT
+from tests.conftest import STACKS, objects, stack_file
 
 SETTINGS = RuleSettings()
 GROUPS = rule_groups(SETTINGS, replicas=2, ceph=True, volcano=True)
@@ -242,6 +243,10 @@ PROTECTION_CRONJOBS = {
 OTHER_CRONJOB = "nightly-report"
 INTERVAL = 600
 """Seconds between two scheduled runs of the CronJobs in the protection tests."""
+STALE_AFTER = 2 * INTERVAL + 300
+"""When a protection CronJob's Stale alert fires, pinned on its own (not read back from the rules): its last success
+is older than two intervals of its schedule (docs/alerts.md), for 5 minutes. The tests put a success a minute
+either side of it, so a rule with another factor (1.5, 2.5 intervals) or another wait fails them."""
 
 
 def cronjob(name: str, namespace: str, success: float | None, last_schedule: float | None) -> dict[str, str]:
@@ -277,11 +282,15 @@ def protection_cases() -> list[tuple[str, list[tuple[dict[str, str], dict[str, s
     CronJob was created; a failed run after the last success) and scenarios that do not (a recent success, a
     failed run followed by a success, another CronJob)."""
     now = MINUTES * 60
-    old, recent = now - 2 * INTERVAL - 600, now - INTERVAL
+    old, recent = now - STALE_AFTER - 60, now - INTERVAL
     out = []
     for prefix, name in PROTECTION_CRONJOBS.items():
         stale_labels, failed_labels = ({"namespace": ns, "cronjob": name} for ns in ("stale", "failing"))
-        quiet = {**cronjob(name, "fresh", recent, recent), **cronjob(OTHER_CRONJOB, "other", old, now - INTERVAL)}
+        quiet = {
+            **cronjob(name, "fresh", recent, recent),
+            **cronjob(name, "almost-stale", now - STALE_AFTER + 60, now - INTERVAL),
+            **cronjob(OTHER_CRONJOB, "other", old, now - INTERVAL),
+        }
         out.append(
             (
                 f"{prefix}Stale",
@@ -374,6 +383,63 @@ def test_the_protection_alerts_select_each_protection_cronjob_a_stack_renders():
     for prefix, name in PROTECTION_CRONJOBS.items():
         matching = [p for p, (pattern, _) in PROTECTION.items() if re.fullmatch(pattern, name)]
         assert matching == [prefix], name
+
+
+PROTECTION_KINDS = {
+    "-offsite": "CheckpointOffsite",
+    "-snapshots": "CheckpointSnapshots",
+    "-metadata-backup": "MetadataBackup",
+}
+"""What each CronJob the platform or a team makes protects, by the end of its name (restated here, not read from
+the rules): every one must be watched by its kind's Stale alert, wherever it runs and whatever its claim's name."""
+
+
+def cronjobs(result: render.Rendering) -> list[tuple[str, str]]:
+    return [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in objects(result, "CronJob")]
+
+
+def every_cronjob(tmp_path: Path) -> list[tuple[str, str]]:
+    """(namespace, name) of every CronJob each stack renders, and of a team project's (the team-training example,
+    with a checkpoint claim named otherwise than the platform's)."""
+    found = [c for stack in STACKS for c in cronjobs(render.rendering(stack, render.run(stack)))]
+    example = ROOT / "examples" / "team-training"
+    config = stack_file(tmp_path, "dev", {"checkpoint": {"claim": "run-a"}}, example)
+    found += cronjobs(render.rendering("dev", render.run("dev", config, example)))
+    return sorted(set(found))
+
+
+def test_every_cronjob_a_stack_or_a_team_makes_is_watched_by_a_stale_alert(promtool, tmp_path, as_installed):
+    """Each rendered CronJob, stale in its own namespace, fires the Stale alert of its kind (promtool)."""
+    now = MINUTES * 60
+    tests, kinds, every = [], set(), every_cronjob(tmp_path)
+    assert ("vision", "run-a-offsite") in every, every
+    for namespace, name in every:
+        kind = next((k for suffix, k in PROTECTION_KINDS.items() if name.endswith(suffix)), None)
+        assert kind, f"CronJob {namespace}/{name} protects nothing a staleness alert knows of"
+        kinds.add(kind)
+        series = cronjob(name, namespace, now - STALE_AFTER - 60, now - INTERVAL)
+        tests.append(
+            {
+                "name": f"{namespace}/{name}",
+                "interval": "1m",
+                "input_series": [{"series": k, "values": v} for k, v in series.items()],
+                "alert_rule_test": [
+                    {
+                        "eval_time": f"{MINUTES}m",
+                        "alertname": f"{kind}Stale",
+                        "exp_alerts": expected_alerts(
+                            f"{kind}Stale", {"namespace": namespace, "cronjob": name}, ["critical"]
+                        ),
+                    }
+                ],
+            }
+        )
+    assert kinds == set(PROTECTION_KINDS.values())
+    rules = rule_file(tmp_path)
+    spec = tmp_path / "tests.yml"
+    spec.write_text(yaml.safe_dump({"rule_files": [rules.name], "evaluation_interval": "1m", "tests": tests}))
+    run = subprocess.run([promtool, "test", "rules", str(spec)], capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
 
 
 def test_docs_alerts_md_has_a_page_for_every_alert():

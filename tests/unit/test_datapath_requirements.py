@@ -4,6 +4,7 @@ mount, not root) skips with its reason, and fails instead under ``AI_STORAGE_REQ
 from __future__ import annotations
 
 import contextlib
+import importlib
 import importlib.util
 from pathlib import Path
 
@@ -87,3 +88,19 @@ def test_not_being_root_skips_or_fails_the_shaped_network_tests(required, monkey
     monkeypatch.setattr(datapath.os, "geteuid", lambda: 1000)
     with outcome_is(outcome, "not root"):
         datapath.root.__wrapped__()
+
+
+@pytest.mark.parametrize(
+    ("module", "fixture", "program"),
+    [("tests.unit.test_alert_rules", "promtool", "promtool"), ("tests.unit.test_acceptance", "fio", "fio")],
+)
+@pytest.mark.parametrize("value", [None, "1"])
+def test_the_unit_tests_that_run_a_real_program_skip_or_fail_like_the_data_path(
+    required, monkeypatch, module, fixture, program, value
+):
+    """The alert rules' promtool and the acceptance scripts' fio: missing, they skip, or fail when required."""
+    outcome = required(value)
+    tests = importlib.import_module(module)
+    monkeypatch.setattr(tests.shutil, "which", lambda name: None)
+    with outcome_is(outcome, f"{program}.* (missing|not installed)"):
+        getattr(tests, fixture).__wrapped__()
