@@ -4,6 +4,7 @@ exactly the namespaces that need it, evaluated with Kubernetes semantics (``test
 from __future__ import annotations
 
 import functools
+import ipaddress
 import json
 from typing import Any
 
@@ -26,7 +27,8 @@ SPLIT_DATASETS = [
 ]
 """A JuiceFS-runtime dataset and an Alluxio one, each in a namespace of its own, none where training runs."""
 TEAM = Pod("team-a", namespace_labels={TEAM_LABEL: "a"})
-STRANGER = Pod("random-other")
+STRANGER = Pod("random-other", ip="203.0.113.7")
+"""A pod of no platform or team namespace, with an address (an ipBlock peer would match it)."""
 
 
 def stack_settings(stack: str, overrides: dict[str, Any] | None = None) -> PlatformSettings:
@@ -104,21 +106,46 @@ def test_every_platform_port_is_reachable_exactly_where_intended(stack):
     assert reachability_errors(rendered(stack), s) == []
 
 
-@pytest.mark.parametrize(
-    "overrides",
-    [
-        {"metadata": {"engine": "sentinel", "acceptNodeLossRisk": True}},
-        {"monitoring": {"enabled": False}},
-        {"objectStore": {"minio": {"replicas": 4}}, "networkPolicies": {"prometheusNamespace": "observability"}},
-        {"fluid": {"datasets": SPLIT_DATASETS}},  # no dataset where training runs
-    ],
-)
+VARIANTS = [
+    {"metadata": {"engine": "sentinel", "acceptNodeLossRisk": True}},
+    {"monitoring": {"enabled": False}},
+    {"objectStore": {"minio": {"replicas": 4}}, "networkPolicies": {"prometheusNamespace": "observability"}},
+    {"fluid": {"datasets": SPLIT_DATASETS}},  # no dataset where training runs
+]
+
+
+@pytest.mark.parametrize("overrides", VARIANTS)
 def test_dev_variants_are_reachable_exactly_where_intended(render_stack, overrides):
     result, _ = render_stack("dev", **overrides)
     s = stack_settings("dev", overrides)
     found = targets(result, s)
     assert found["metadata"] and found["minio"]
     assert reachability_errors(result, s) == []
+
+
+def open_rules(policy: dict[str, Any]) -> list[str]:
+    """The rules of a NetworkPolicy that admit every address: an ipBlock of prefix length 0 (0.0.0.0/0, ::/0),
+    or a rule with no peers at all."""
+    found = []
+    for direction, peers_key in (("ingress", "from"), ("egress", "to")):
+        for i, rule in enumerate(policy["spec"].get(direction) or []):
+            peers = rule.get(peers_key)
+            if not peers:
+                found.append(f"{direction}[{i}] has no {peers_key}: every address")
+            for peer in peers or []:
+                cidr = peer.get("ipBlock", {}).get("cidr")
+                if cidr and ipaddress.ip_network(cidr, strict=False).prefixlen == 0:
+                    found.append(f"{direction}[{i}] admits {cidr}")
+    return found
+
+
+@pytest.mark.parametrize("case", [*STACKS, *(f"dev-variant-{i}" for i in range(len(VARIANTS)))])
+def test_no_network_policy_of_any_stack_admits_every_address(render_stack, case):
+    result = rendered(case) if case in STACKS else render_stack("dev", **VARIANTS[int(case.rsplit("-", 1)[1])])[0]
+    policies = objects(result, "NetworkPolicy")
+    assert policies
+    errors = [f"{p['metadata']['namespace']}/{p['metadata']['name']}: {e}" for p in policies for e in open_rules(p)]
+    assert errors == []
 
 
 @pytest.mark.parametrize("overrides", [{}, {"fluid": {"datasets": SPLIT_DATASETS}}])
