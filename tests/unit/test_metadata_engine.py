@@ -90,6 +90,24 @@ def test_sentinel_layout_runs_a_primary_with_replicas_and_a_majority_of_sentinel
     assert "requirepass pw" in conf and "sentinel auth-pass juicefs pw" in conf
 
 
+@pytest.mark.parametrize("count", range(1, 8))
+def test_the_sentinel_quorum_is_a_strict_majority_of_every_allowed_count(count):
+    conf = sentinel_conf(SentinelSettings(sentinels=count), "pw").splitlines()
+    (monitor,) = [line for line in conf if line.startswith("sentinel monitor")]
+    quorum = int(monitor.split()[-1])
+    assert count / 2 < quorum <= count, monitor
+
+
+@pytest.mark.parametrize("percent", [96, 100, 150])
+def test_redis_may_not_use_more_than_95_percent_of_its_memory_limit(percent):
+    """Above that, Redis's own overhead (AOF rewrite buffers, client buffers) meets the container limit: the
+    kernel kills it instead of Redis refusing writes."""
+    with pytest.raises(SettingsError) as caught:
+        load_settings("dev", {"metadata": {"maxmemoryPercent": percent}})
+    assert "metadata.maxmemoryPercent: expected a number <= 95" in str(caught.value)
+    assert load_settings("dev", {"metadata": {"maxmemoryPercent": 95}}).metadata.maxmemory_percent == 95
+
+
 def test_every_data_node_is_durable_and_the_sentinels_are_not_data_nodes(build):
     result, _ = build(sentinel_engine)
     data = by_name(result, "StatefulSet", "redis")["spec"]["template"]["spec"]["containers"][0]
@@ -241,6 +259,19 @@ def test_a_protected_stack_refuses_to_change_the_engine_it_deployed():
     assert migration_problem("standalone", prod, protected=False) is None
     assert migration_problem(None, prod, protected=True) is None  # a first deployment
     assert migration_problem("sentinel", prod, protected=True) is None
+
+
+ENGINES = ("standalone", "sentinel", "elasticache")
+
+
+@pytest.mark.parametrize("previous", ENGINES)
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("migrated_from", [None, *ENGINES])
+def test_only_migrated_from_the_engine_being_left_lets_a_protected_stack_change_engine(previous, engine, migrated_from):
+    """Every combination: a change of engine passes only when `migratedFrom` names the engine being left."""
+    s = MetadataSettings(engine=engine, migrated_from=migrated_from, accept_node_loss_risk=True)
+    problem = migration_problem(previous, s, protected=True)
+    assert (problem is None) == (engine == previous or migrated_from == previous), problem
 
 
 def test_stacks_deployed_before_the_engine_was_a_choice_ran_one_redis():
