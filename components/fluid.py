@@ -9,7 +9,7 @@ runs the runtime's FUSE pods there.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pulumi
@@ -19,6 +19,7 @@ import yaml
 from .common import kube, versions
 from .fluid_dataset import BucketSource, DatasetSettings, credentials, dataset
 from .juicefs import JuiceFSSource
+from .node_storage import default_tolerations
 from .sections import ControllerSettings, DnsLabel, Problem, Section
 
 REPLICATED = ("dataset-controller", "fluid-webhook", "fluidapp-controller")
@@ -115,6 +116,9 @@ class FluidArgs:
     when there is no Alluxio dataset)."""
     juicefs: JuiceFSSource | None = None
     """The JuiceFS volume (None when JuiceFS is disabled: no JuiceFSRuntime then)."""
+    node_tolerations: list[dict[str, Any]] = field(default_factory=default_tolerations)
+    """Taints the datasets' FUSE pods tolerate (`nodeStorage.tolerations`; the chart's CSI node plugin tolerates
+    every taint by itself)."""
 
 
 class Fluid(pulumi.ComponentResource):
@@ -165,6 +169,8 @@ class Fluid(pulumi.ComponentResource):
             secret = secrets[key]
             after_release = pulumi.ResourceOptions(parent=self, depends_on=[release])
             suffix = f"{d.namespace}-{d.name}"
-            ds = dataset(name, suffix, d, dns.metadata.name, secret.metadata.name, source, after_release)
+            ds = dataset(
+                name, suffix, d, dns.metadata.name, secret.metadata.name, source, after_release, args.node_tolerations
+            )
             self.datasets.append(ds.metadata["name"])
         self.register_outputs({"datasets": self.datasets})

@@ -8,6 +8,7 @@ worker pods in the dataset's namespace; the dataset's PVC, which Fluid creates, 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -129,13 +130,22 @@ def bucket_mount(name: str, d: DatasetCache, secret: pulumi.Input[str], source: 
     }
 
 
-def dataset_spec(d: DatasetSettings, secret: pulumi.Input[str], source: JuiceFSSource | BucketSource) -> dict[str, Any]:
-    """The ``spec`` of a Dataset: one mount of the JuiceFS volume or the bucket, credentials from ``secret``."""
+def dataset_spec(
+    d: DatasetSettings,
+    secret: pulumi.Input[str],
+    source: JuiceFSSource | BucketSource,
+    tolerations: Sequence[dict[str, Any]] = (),
+) -> dict[str, Any]:
+    """The ``spec`` of a Dataset: one mount of the JuiceFS volume or the bucket, credentials from ``secret``;
+    Fluid gives the runtime's pods (its FUSE DaemonSet on the nodes that mount the dataset) ``tolerations``."""
     if isinstance(source, JuiceFSSource):
         mount = juicefs_mount(d, secret, source)
     else:
         mount = bucket_mount(d.name, d, secret, source)
-    return {"accessModes": ["ReadOnlyMany"], "mounts": [mount]}
+    spec: dict[str, Any] = {"accessModes": ["ReadOnlyMany"], "mounts": [mount]}
+    if tolerations:
+        spec["tolerations"] = list(tolerations)
+    return spec
 
 
 @dataclass
@@ -204,15 +214,17 @@ def dataset(
     secret: pulumi.Input[str],
     source: JuiceFSSource | BucketSource,
     opts: pulumi.ResourceOptions,
+    tolerations: Sequence[dict[str, Any]] = (),
 ) -> k8s.apiextensions.CustomResource:
     """A Dataset (``<name>-dataset-<suffix>``), its runtime and, when pre-warmed, its DataLoad.
-    ``opts`` carries the parent, and the fluid release when Fluid is installed too."""
+    ``opts`` carries the parent, and the fluid release when Fluid is installed too; the runtime's pods tolerate
+    ``tolerations``."""
     dataset = k8s.apiextensions.CustomResource(
         f"{name}-dataset-{suffix}",
         api_version=API,
         kind="Dataset",
         metadata={"name": d.name, "namespace": namespace, "labels": kube.labels("fluid", "dataset")},
-        spec=dataset_spec(d, secret, source),
+        spec=dataset_spec(d, secret, source, tolerations),
         opts=opts,
     )
     runtime = k8s.apiextensions.CustomResource(

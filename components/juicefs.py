@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -20,6 +20,7 @@ from pydantic import Field
 from .backends.object_stores.bucket import ROLE_ANNOTATION, ScopedAccess, role_account
 from .common import kube, versions
 from .metadata_backup import BACKUP_ACCOUNT, BackupSecrets, BackupSettings, backup_destination, metadata_backup
+from .node_storage import default_tolerations, with_node_tolerations
 from .sections import DnsLabel, Section
 from .storage_tiers import Tier, TierClass
 
@@ -146,10 +147,14 @@ def mount_pod_patch(cache: CacheSettings) -> list[dict[str, Any]]:
     return [{"lifecycle": {"postStart": {"exec": {"command": command}}}}]
 
 
-def chart_values(cache: CacheSettings | None = None, role_arn: pulumi.Input[str] | None = None) -> dict[str, object]:
+def chart_values(
+    cache: CacheSettings | None = None,
+    role_arn: pulumi.Input[str] | None = None,
+    tolerations: Sequence[dict[str, Any]] = (),
+) -> dict[str, object]:
     """Helm values of the juicefs-csi-driver release; with ``role_arn`` (IAM roles for service accounts) the
     controller's and node's ServiceAccounts carry the volume's role (the controller mounts the volume to make
-    and remove a claim's directory)."""
+    and remove a claim's directory); the node plugin tolerates ``tolerations`` (``nodeStorage``)."""
     values: dict[str, Any] = {
         "mountMode": "mountpod",
         "csidriver": {"disableHooks": True},
@@ -163,7 +168,7 @@ def chart_values(cache: CacheSettings | None = None, role_arn: pulumi.Input[str]
         values["globalConfig"] = {"mountPodPatch": patch}
     if role_arn is not None:
         values["serviceAccount"] = {part: {"annotations": {ROLE_ANNOTATION: role_arn}} for part in CHART_ACCOUNTS}
-    return values
+    return with_node_tolerations(versions.JUICEFS_CSI.chart, values, tolerations)
 
 
 @dataclass
@@ -209,6 +214,8 @@ class JuiceFSArgs:
     """The volume the driver's Secret and StorageClasses point at."""
     backup: ScopedAccess | None = None
     """What the metadata backup uploads with (its prefix only); required with `metadataBackup.enabled`."""
+    node_tolerations: list[dict[str, Any]] = dataclasses.field(default_factory=default_tolerations)
+    """Taints the CSI node plugin tolerates (`nodeStorage.tolerations`)."""
 
 
 class JuiceFS(pulumi.ComponentResource):
@@ -223,7 +230,7 @@ class JuiceFS(pulumi.ComponentResource):
         self._settings = s
         ns = kube.namespace(f"{name}-ns", s.namespace, "privileged", self)
         pin = versions.JUICEFS_CSI
-        values = chart_values(s.cache, v.role_arn)
+        values = chart_values(s.cache, v.role_arn, args.node_tolerations)
         self._driver = kube.release(f"{name}-csi-driver", pin, ns.metadata.name, values, self)
         self._mount_account = None
         if v.role_arn is not None:

@@ -8,13 +8,15 @@ webhook's certificate, is installed only when the webhook is turned on.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
 from pydantic import Field
 
 from .common import kube, versions
+from .node_storage import default_tolerations, with_node_tolerations
 from .sections import DnsLabel, Problem, Section
 from .storage_tiers import Tier, TierClass
 
@@ -100,12 +102,17 @@ class LocalNVMeSettings(Section):
         return next(c for c in self.device_classes if c.default)
 
 
-def chart_values(s: LocalNVMeSettings, monitoring_labels: dict[str, str] | None = None) -> dict[str, Any]:
-    """Helm values of the topolvm release (with ``monitoring_labels``, the chart's PodMonitors, so labelled)."""
+def chart_values(
+    s: LocalNVMeSettings,
+    monitoring_labels: dict[str, str] | None = None,
+    tolerations: Sequence[dict[str, Any]] = (),
+) -> dict[str, Any]:
+    """Helm values of the topolvm release (with ``monitoring_labels``, the chart's PodMonitors, so labelled); the
+    node and lvmd DaemonSets tolerate ``tolerations`` (``nodeStorage``)."""
     monitors: dict[str, Any] = {}
     if monitoring_labels is not None:
         monitors = {"prometheus": {"podMonitor": {"enabled": True, "additionalLabels": dict(monitoring_labels)}}}
-    return {
+    values = {
         "lvmd": {
             "managed": True,
             "deviceClasses": [c.lvmd() for c in s.device_classes],
@@ -127,6 +134,7 @@ def chart_values(s: LocalNVMeSettings, monitoring_labels: dict[str, str] | None 
         # The tier StorageClasses are the platform's; the chart's default class is not created.
         "storageClasses": [],
     }
+    return with_node_tolerations(versions.TOPOLVM.chart, values, tolerations)
 
 
 def cert_manager_values() -> dict[str, Any]:
@@ -141,6 +149,8 @@ class LocalNVMeArgs:
     settings: LocalNVMeSettings
     monitoring_labels: dict[str, str] | None = None
     """Turn on the chart's PodMonitors (lvmd, node, controller) with these labels."""
+    node_tolerations: list[dict[str, Any]] = field(default_factory=default_tolerations)
+    """Taints the node and lvmd DaemonSets tolerate (`nodeStorage.tolerations`)."""
 
 
 class LocalNVMe(pulumi.ComponentResource):
@@ -160,9 +170,8 @@ class LocalNVMe(pulumi.ComponentResource):
             after.append(kube.release(f"{name}-cert-manager", pin, cm_ns.metadata.name, cert_manager_values(), self))
         ns = kube.namespace(f"{name}-ns", s.namespace, "privileged", self)
         pin = versions.TOPOLVM
-        self._topolvm = kube.release(
-            f"{name}-topolvm", pin, ns.metadata.name, chart_values(s, args.monitoring_labels), self, depends_on=after
-        )
+        values = chart_values(s, args.monitoring_labels, args.node_tolerations)
+        self._topolvm = kube.release(f"{name}-topolvm", pin, ns.metadata.name, values, self, depends_on=after)
         self.device_classes = [c.name for c in s.device_classes]
         self.register_outputs({"device_classes": self.device_classes})
 

@@ -95,11 +95,13 @@ class Platform(pulumi.ComponentResource):
         if s.rook_ceph.enabled:
             rgw = s.object_store.backend == "ceph-rgw"
             protect = s.cluster.protect_stateful_resources
-            self.rook_ceph = RookCeph(f"{name}-rook-ceph", RookCephArgs(s.rook_ceph, protect, rgw, labels), child)
+            args = RookCephArgs(s.rook_ceph, protect, rgw, labels, s.node_storage.specs())
+            self.rook_ceph = RookCeph(f"{name}-rook-ceph", args, child)
             backends["cephfs"] = self.rook_ceph
             backends["rbd"] = self.rook_ceph.block
         if s.local_nvme.enabled:
-            backends["topolvm"] = LocalNVMe(f"{name}-local-nvme", LocalNVMeArgs(s.local_nvme, labels), child)
+            nvme = LocalNVMeArgs(s.local_nvme, labels, s.node_storage.specs())
+            backends["topolvm"] = LocalNVMe(f"{name}-local-nvme", nvme, child)
         return backends
 
     def _juicefs(
@@ -132,7 +134,8 @@ class Platform(pulumi.ComponentResource):
         if s.juicefs.metadata_backup.enabled:
             account = (s.juicefs.namespace, BACKUP_ACCOUNT)
             backup = store.scoped_access("metadata-backup", BACKUP_PREFIX, account)
-        return JuiceFS(f"{name}-juicefs", JuiceFSArgs(s.juicefs, self._volume, backup), child)
+        args = JuiceFSArgs(s.juicefs, self._volume, backup, s.node_storage.specs())
+        return JuiceFS(f"{name}-juicefs", args, child)
 
     def _tiers(self, name: str, s: PlatformSettings, backends: dict[str, TierBackend]) -> StorageTiers:
         """The tier StorageClasses on the enabled backends, and the fio acceptance Jobs that measure them."""
@@ -232,7 +235,8 @@ class Platform(pulumi.ComponentResource):
         self.volcano = Volcano(f"{name}-volcano", VolcanoArgs(s.volcano), child) if s.volcano.enabled else None
         self.fluid = None
         if s.fluid.enabled:
-            self.fluid = Fluid(f"{name}-fluid", FluidArgs(s.fluid, self._dataset_bucket, self._volume), child)
+            fluid = FluidArgs(s.fluid, self._dataset_bucket, self._volume, s.node_storage.specs())
+            self.fluid = Fluid(f"{name}-fluid", fluid, child)
         if s.training.enabled and self.volcano is not None:
             t = s.training
             shared = self.fluid.namespaces.get(t.workload_namespace) if self.fluid else None

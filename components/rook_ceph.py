@@ -9,7 +9,8 @@ the upstream CRD schema and guarded by ``protect``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -18,6 +19,7 @@ import pulumi_kubernetes as k8s
 from .backends.object_stores.ceph_rgw import API, RgwGateway
 from .ceph import RookCephSettings, cluster_spec, filesystem_spec, object_store_spec, pool_spec
 from .common import kube, versions
+from .node_storage import default_tolerations, with_node_tolerations
 from .storage_tiers import Tier, TierClass
 
 PROVISIONER_SECRET = "rook-csi-cephfs-provisioner"
@@ -52,10 +54,11 @@ def chart_values(s: RookCephSettings, monitoring: bool = False, rgw: bool = Fals
     return values
 
 
-def csi_drivers_values(s: RookCephSettings) -> dict[str, Any]:
-    """Helm values of the ceph-csi-drivers release: Rook's recommended values for the operator namespace."""
+def csi_drivers_values(s: RookCephSettings, tolerations: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """Helm values of the ceph-csi-drivers release: Rook's recommended values for the operator namespace; every
+    driver's node plugin tolerates ``tolerations`` (``nodeStorage``)."""
     ns = s.namespace
-    return {
+    values = {
         "operatorConfig": {
             "namespace": ns,
             "driverSpecDefaults": {
@@ -77,6 +80,7 @@ def csi_drivers_values(s: RookCephSettings) -> dict[str, Any]:
             "nvmeof": {"enabled": False, "name": f"{ns}.nvmeof.csi.ceph.com"},
         },
     }
+    return with_node_tolerations(versions.CEPH_CSI_DRIVERS.chart, values, tolerations)
 
 
 def _secret_parameters(namespace: str, secrets: dict[str, str]) -> dict[str, str]:
@@ -165,6 +169,8 @@ class RookCephArgs:
     """Run a CephObjectStore (when the object store backend is `ceph-rgw`)."""
     monitoring_labels: dict[str, str] | None = None
     """Let Rook create the mgr's ServiceMonitor with these labels (the Prometheus Operator's selection)."""
+    node_tolerations: list[dict[str, Any]] = field(default_factory=default_tolerations)
+    """Taints the Ceph CSI node plugins tolerate (`nodeStorage.tolerations`)."""
 
 
 class RookCeph(pulumi.ComponentResource):
@@ -193,7 +199,7 @@ class RookCeph(pulumi.ComponentResource):
             f"{name}-csi-drivers",
             versions.CEPH_CSI_DRIVERS,
             ns.metadata.name,
-            csi_drivers_values(s),
+            csi_drivers_values(s, args.node_tolerations),
             self,
             release_name="ceph-csi-drivers",
             depends_on=[operator],

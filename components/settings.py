@@ -26,6 +26,7 @@ from .local_nvme import LocalNVMeSettings
 from .metadata_engine import MetadataSettings
 from .monitoring import MonitoringSettings
 from .network_policies import NetworkPolicySettings
+from .node_storage import NodeStorageSettings
 from .object_store import ObjectStoreSettings
 from .rook_ceph import RookCephSettings
 from .sections import Problem, ResourceRef, Section, SettingsError, validate
@@ -113,6 +114,8 @@ class PlatformSettings(Section):
     """Prometheus Operator scrape objects, alert rules and Grafana dashboards."""
     network_policies: NetworkPolicySettings = NetworkPolicySettings()
     """Who may connect to the metadata engine and MinIO."""
+    node_storage: NodeStorageSettings = NodeStorageSettings()
+    """Tolerations of the storage drivers' node plugins (to reach tainted GPU nodes)."""
 
     def backends(self) -> dict[str, bool]:
         """Which tier backends the stack enables."""

@@ -1,6 +1,6 @@
 """What the API server and a NetworkPolicy-enforcing CNI do with the objects the platform renders, written from the
 Kubernetes documentation and source, for tests that have no cluster: label selectors, NetworkPolicy evaluation,
-LimitRange defaulting and pod resource validation, the DefaultStorageClass admission plugin.
+LimitRange defaulting and pod resource validation, the DefaultStorageClass admission plugin, taint tolerations.
 
 No maintained Python library does this offline: network-config-analyzer (PyPI, IBM) evaluates NetworkPolicies but
 pins PyYAML 6.0.2 and networkx 3.2.1, below the versions this project pins. ``tests/unit/test_kube_semantics.py``
@@ -246,3 +246,21 @@ def default_storage_class(claim: Mapping[str, Any], default_class: str | None) -
     if spec.get("storageClassName") is None and default_class is not None:
         spec["storageClassName"] = default_class
     return {**claim, "spec": spec}
+
+
+# ---------------------------------------------------------------- taints and tolerations
+
+
+def tolerates(tolerations: Sequence[Mapping[str, Any]] | None, taint: Mapping[str, str]) -> bool:
+    """Whether a pod with ``tolerations`` may be scheduled onto (and stay on) a node with ``taint`` (key, value,
+    effect), as the scheduler's TaintToleration plugin decides (``Toleration.ToleratesTaint``): a toleration
+    matches when its effect is empty or the taint's, its key is the taint's (an empty key with ``Exists`` matches
+    every key), and its operator is ``Exists``, or ``Equal`` (the default) with the taint's value."""
+    for t in tolerations or []:
+        if t.get("effect") and t["effect"] != taint["effect"]:
+            continue
+        if t.get("key") and t["key"] != taint["key"]:
+            continue
+        if t.get("operator", "Equal") == "Exists" or t.get("value", "") == taint.get("value", ""):
+            return True
+    return False

@@ -412,6 +412,14 @@ CROSS_FIELD: list[tuple[str, str, dict[str, Any], str, str]] = [
         "volcano.queues[1].name",
         "not already used",
     ),
+    *(
+        ("Toleration", "platform", {"nodeStorage.tolerations": [toleration]}, f"nodeStorage.tolerations[0].{key}", text)
+        for toleration, key, text in [
+            ({"key": "nvidia.com/gpu", "operator": "Exists", "value": "present"}, "value", "no value with operator"),
+            ({"operator": "Equal", "value": "present"}, "key", "a key with operator: Equal"),
+            ({"key": "a", "effect": "NoSchedule", "tolerationSeconds": 60}, "tolerationSeconds", "effect: NoExecute"),
+        ]
+    ),
 ]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.kube_semantics import Pod, admit_container, allowed, default_storage_class, quantity, selects
+from tests.kube_semantics import Pod, admit_container, allowed, default_storage_class, quantity, selects, tolerates
 
 
 def policy(namespace: str, spec: dict) -> dict:
@@ -174,3 +174,28 @@ def test_only_an_absent_class_gets_the_default_class():
     assert "storageClassName" not in default_storage_class(claim, None)["spec"]
     empty = {"spec": {"storageClassName": ""}}
     assert default_storage_class(empty, "gp3")["spec"]["storageClassName"] == ""
+
+
+# The documentation's example (concepts/scheduling-eviction/taint-and-toleration): `kubectl taint nodes node1
+# key1=value1:NoSchedule` and the two tolerations that tolerate it; an empty key with Exists matches every taint,
+# an empty effect every effect of the key.
+TAINT = {"key": "key1", "value": "value1", "effect": "NoSchedule"}
+
+
+@pytest.mark.parametrize(
+    ("toleration", "expected"),
+    [
+        ({"key": "key1", "operator": "Equal", "value": "value1", "effect": "NoSchedule"}, True),
+        ({"key": "key1", "operator": "Exists", "effect": "NoSchedule"}, True),
+        ({"operator": "Exists"}, True),
+        ({"key": "key1", "operator": "Exists"}, True),
+        ({"key": "key1", "value": "value1"}, True),  # operator defaults to Equal
+        ({"key": "key1", "operator": "Equal", "value": "other", "effect": "NoSchedule"}, False),
+        ({"key": "key1", "operator": "Exists", "effect": "NoExecute"}, False),
+        ({"key": "key2", "operator": "Exists"}, False),
+    ],
+)
+def test_tolerations_match_taints_as_the_scheduler_does(toleration, expected):
+    assert tolerates([toleration], TAINT) is expected
+    assert tolerates([{"key": "unrelated", "operator": "Exists"}, toleration], TAINT) is expected
+    assert not tolerates([], TAINT)
