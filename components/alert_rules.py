@@ -19,7 +19,7 @@ from pydantic import Field
 
 from .checkpoints import OFFSITE_SUFFIX, SNAPSHOTS_SUFFIX
 from .metadata_backup import BACKUP_CRONJOB
-from .sections import Problem, Section
+from .sections import Problem, Section, Window
 
 DURATION = r"^[0-9]+(ms|s|m|h)$"
 STALE_AFTER_RUNS = 2
@@ -90,13 +90,13 @@ class AlertThresholds(Section):
 class RuleSettings(Section):
     """How the rules evaluate: rate windows and how long a condition must last."""
 
-    window: str = Field("5m", pattern=DURATION)
+    window: Window = "5m"
     """Range of the rates the rules compute (e.g. `5m`)."""
     pending_for: str = Field("10m", pattern=DURATION)
     """How long a data-path condition must hold before its alert fires."""
     gang_pending_for: str = Field("30m", pattern=DURATION)
     """How long a gang-scheduled job may wait in a Volcano queue before the alert fires."""
-    checkpoint_window: str = Field("1h", pattern=DURATION)
+    checkpoint_window: Window = "1h"
     """Range over which checkpoint save and restore times and the save failure rate are averaged (saves are
     minutes apart, so longer than `window`)."""
     thresholds: AlertThresholds = AlertThresholds()

@@ -18,7 +18,7 @@ from pydantic import Field
 
 from . import training, volcano
 from .common import kube
-from .sections import DnsLabel, Problem, Section
+from .sections import DnsLabel, PinnedImage, Problem, Section
 
 PATCH_MANAGER = "ai-storage-platform/team-workspace"
 """Owner of the TrainJob's runtime patch (a domain-prefixed path, as the Trainer requires)."""
@@ -38,8 +38,8 @@ class JobSettings(Section):
     """Job name (an RFC 1035 label: starts with a letter)."""
     runtime: DnsLabel = "torch-distributed"
     """ClusterTrainingRuntime to run on (one of the platform's `training.runtimes`; `trainjob` only)."""
-    image: str | None = Field(None, pattern=training.PINNED_IMAGE)
-    """Trainer image, pinned by tag or digest; unset uses the runtime's (`volcano` needs one)."""
+    image: PinnedImage | None = None
+    """Trainer image, pinned by a version tag (not `latest`) or a digest; unset: the runtime's (`volcano` needs one)."""
     command: list[str] = []
     """Entrypoint of the trainer container; empty uses the image's (or the runtime's)."""
     args: list[str] = []

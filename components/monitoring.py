@@ -21,12 +21,11 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
-from pydantic import Field
 
-from .alert_rules import DURATION, RuleSettings, rule_groups
+from .alert_rules import RuleSettings, rule_groups
 from .common import kube
 from .dashboards import dashboards
-from .sections import DnsLabel, Resources, Section
+from .sections import DnsLabel, Resources, Section, Window
 from .training import METRICS_LABELS, METRICS_PORT_NAME
 
 API = "monitoring.coreos.com/v1"
@@ -56,7 +55,7 @@ class MonitoringSettings(Section):
     """Labels the Prometheus Operator selects scrape objects and rules by (kube-prometheus-stack: its release)."""
     dashboard_labels: dict[str, str] = {"grafana_dashboard": "1"}
     """Labels the Grafana sidecar loads dashboard ConfigMaps by (the Grafana chart's default)."""
-    scrape_interval: str = Field("30s", pattern=DURATION)
+    scrape_interval: Window = "30s"
     """How often the platform's targets are scraped."""
     rules: RuleSettings = RuleSettings()
     """Alert thresholds, rate windows and durations."""

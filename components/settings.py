@@ -25,6 +25,7 @@ from .juicefs import JuiceFSSettings
 from .local_nvme import LocalNVMeSettings
 from .metadata_engine import MetadataSettings
 from .monitoring import MonitoringSettings
+from .namespace_rules import team_namespace_problems
 from .network_policies import NetworkPolicySettings
 from .node_storage import NodeStorageSettings
 from .object_store import ObjectStoreSettings
@@ -254,7 +255,7 @@ class PlatformSettings(Section):
                     Problem(f"{key}.namespace", f"expected a namespace not used by {seen[ns]}", ns, "pick another")
                 )
             seen[ns] = key
-        return found
+        return found + team_namespace_problems(self)
 
     def scheduling_namespaces(self) -> dict[str, str]:
         """The namespaces the volcano, training and fluid components create, by settings key."""

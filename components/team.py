@@ -11,6 +11,7 @@ delivered into the namespace, by their documented names (``tenants``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -23,8 +24,17 @@ from . import tenants
 from .checkpoints import CheckpointProtection, DeliveredOffsite, checkpoint_claim, protect_checkpoints
 from .common import kube
 from .jobs import JobSettings, train_job_spec, volcano_job_spec
+from .namespace_rules import namespace_problem, namespace_settings
 from .sections import DnsLabel, Problem, Quantity, Section, validate
+from .settings import PlatformSettings
 from .storage_tiers import NAME_PREFIX
+
+
+@functools.cache
+def platform_defaults() -> dict[str, str]:
+    """The namespaces a platform stack uses or trusts with its default settings, each with its key."""
+    return namespace_settings(PlatformSettings())
+
 
 DELIVERED = DeliveredOffsite(tenants.OFFSITE_ACCOUNT, tenants.OFFSITE_TARGET, tenants.OFFSITE_CREDENTIALS)
 """What the platform delivers into a team's namespace for its offsite copies."""
@@ -53,6 +63,12 @@ class WorkspaceSettings(Section):
     """The platform's `tiers.namePrefix`: the claims use the `<prefix>cold` and `<prefix>checkpoint` classes."""
     protect: bool = False
     """Protect and retain the dataset and checkpoint claims (a `pulumi destroy` keeps the data)."""
+
+    def problems(self) -> list[Problem]:
+        """A namespace of the team's own: not one Kubernetes reserves, nor one a platform stack uses or trusts
+        with its default settings (this project does not read the platform's stack)."""
+        problem = namespace_problem("namespace", self.namespace, platform_defaults())
+        return [problem] if problem else []
 
 
 class CheckpointSettings(CheckpointProtection):

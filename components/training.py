@@ -28,15 +28,13 @@ from pydantic import Field
 from . import checkpoints
 from .checkpoints import CheckpointProtection, OffsiteTarget, protect_checkpoints
 from .common import kube, versions
-from .sections import ControllerSettings, DnsLabel, Problem, Quantity, Section
+from .sections import ControllerSettings, DnsLabel, PinnedImage, Problem, Quantity, Section
 from .volcano import QUEUE_ANNOTATION, SCHEDULER_NAME
 
 DATA_PATH = "/data"
 CHECKPOINT_PATH = "/checkpoints"
 DATA_VOLUME = "data"
 CHECKPOINT_VOLUME = "checkpoints"
-PINNED_IMAGE = r"^[^\s:@]+(:[^\s:@]+|@sha256:[0-9a-f]{64})$"
-"""An image reference with a tag or a digest."""
 NODE = "node"
 """Name of the trainer's replicated job and of its container (Trainer v2's `node`)."""
 METRICS_LABELS = {"ai-storage-platform/metrics": "training"}
@@ -68,7 +66,7 @@ class RuntimeSettings(Section):
     """Volcano queue the runtime's jobs are scheduled in (one of `volcano.queues`)."""
     num_nodes: int = Field(1, ge=1, le=4096)
     """Training nodes (pods) per job; the gang is scheduled all at once or not at all."""
-    image: str = Field(versions.TORCH_RUNTIME_IMAGE, pattern=PINNED_IMAGE)
+    image: PinnedImage = versions.TORCH_RUNTIME_IMAGE
     """Trainer image, pinned by tag or digest; TrainJobs usually override it."""
     dataset_claim: DnsLabel
     """PVC mounted read-only at `/data` (a Fluid dataset's claim carries the dataset's name)."""

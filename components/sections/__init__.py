@@ -3,7 +3,7 @@ raises, the one way a settings tree is checked, and the configuration reference 
 Component modules define their own sections on top of it; it imports none of them."""
 
 from .base import ControllerSettings, Resources, Section
-from .fields import Cron, DnsLabel, Quantity, Regex, ResourceRef
+from .fields import Cron, DnsLabel, PinnedImage, Quantity, Regex, ResourceRef, Window
 from .problems import Problem, SettingsError
 from .reference import leaf_keys, reference
 from .validation import CONFIG_DOCS, rule_problems, validate
@@ -13,6 +13,7 @@ __all__ = [
     "ControllerSettings",
     "Cron",
     "DnsLabel",
+    "PinnedImage",
     "Problem",
     "Quantity",
     "Regex",
@@ -20,6 +21,7 @@ __all__ = [
     "Resources",
     "Section",
     "SettingsError",
+    "Window",
     "leaf_keys",
     "reference",
     "rule_problems",

@@ -104,3 +104,35 @@ def _resource_ref(value: str) -> str:
 
 ResourceRef = Annotated[str, AfterValidator(_resource_ref)]
 """A resource as ``python -m components diff`` names it (e.g. ``StatefulSet/juicefs-meta/redis``)."""
+
+
+_WINDOW = re.compile(r"^[0-9]+(ms|s|m|h)$")
+_IMAGE_DIGEST = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
+_IMAGE_TAG = re.compile(r"^[^\s@]+:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+
+def _window(value: str) -> str:
+    if not _WINDOW.match(value) or not int(value.rstrip("msh")):
+        raise PydanticCustomError(
+            "window", "expected a positive duration: a whole number above 0 and ms, s, m or h (e.g. 30s, 5m, 1h)"
+        )
+    return value
+
+
+def _pinned_image(value: str) -> str:
+    if _IMAGE_DIGEST.match(value):
+        return value
+    tag = value.rpartition(":")[2]
+    if not _IMAGE_TAG.match(value) or "/" in tag or tag == "latest":
+        raise PydanticCustomError(
+            "pinned_image",
+            "expected an image pinned by a version tag or a digest (e.g. ghcr.io/org/trainer:1.4.0 or "
+            "<image>@sha256:<64 hex>), not latest and not without a tag: a mutable tag runs whatever was pushed last",
+        )
+    return value
+
+
+Window = Annotated[str, AfterValidator(_window)]
+"""A positive Prometheus duration (a rate window, a scrape interval): ``30s``, ``5m``, ``1h``; never zero."""
+PinnedImage = Annotated[str, AfterValidator(_pinned_image)]
+"""A container image pinned by a tag other than ``latest``, or by a digest."""

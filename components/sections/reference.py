@@ -29,6 +29,7 @@ def _type_text(annotation: Any) -> str:
     text = re.sub(r"\b(?:[a-z_][a-z0-9_]*\.)+([A-Z]\w*)", r"\1", repr(annotation))  # no module paths
     text = text.replace("typing.", "").replace("NoneType", "None")
     text = re.sub(r"Annotated\[(\w+), [^\]]*\]", r"\1", text)
+    text = re.sub(r"^Optional\[(.*)\]$", r"\1 | None", text)
     text = re.sub(r"Literal\[([^\]]*)\]", lambda m: "one of " + m.group(1).replace("'", ""), text)
     return re.sub(r"<class '(\w+)'>", r"\1", text).replace("|", "or")
 

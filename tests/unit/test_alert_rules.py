@@ -362,8 +362,8 @@ def test_thresholds_are_settings_and_a_critical_level_must_be_the_worse_one():
 @pytest.mark.parametrize(
     ("config", "key", "expected"),
     [
-        ({"rules": {"window": "five minutes"}}, "monitoring.rules.window", "expected text matching"),
-        ({"scrapeInterval": "30"}, "monitoring.scrapeInterval", "expected text matching"),
+        ({"rules": {"window": "five minutes"}}, "monitoring.rules.window", "expected a positive duration"),
+        ({"scrapeInterval": "30"}, "monitoring.scrapeInterval", "expected a positive duration"),
         ({"namespace": "Monitoring"}, "monitoring.namespace", "DNS label"),
         ({"selectorLabels": ["release"]}, "monitoring.selectorLabels", "mapping"),
         ({"rules": {"thresholds": {"readThroughputMbS": {"warning": "fast"}}}}, "warning", "number"),

@@ -34,14 +34,19 @@ Path = tuple[str | int, ...]
 """A key path: field names (camelCase) and mapping keys, list indexes as ints."""
 
 VALIDATORS = {
-    fields._quantity: ("ten gigs", "expected a Kubernetes quantity"),
-    fields._dns_label: ("Not_A_Label", "expected a DNS label"),
-    fields._regex: ("(unclosed", "expected a regular expression"),
-    fields._cron: ("every 4 hours", "expected a cron schedule"),
-    fields._resource_ref: ("redis", "expected a resource as the diff names it"),
-    s3._service_account: ("juicefs-csi", "expected `namespace:name` of a ServiceAccount"),
+    fields._quantity: [("ten gigs", "expected a Kubernetes quantity")],
+    fields._dns_label: [("Not_A_Label", "expected a DNS label")],
+    fields._regex: [("(unclosed", "expected a regular expression")],
+    fields._cron: [("every 4 hours", "expected a cron schedule")],
+    fields._resource_ref: [("redis", "expected a resource as the diff names it")],
+    s3._service_account: [("juicefs-csi", "expected `namespace:name` of a ServiceAccount")],
+    fields._window: [(v, "expected a positive duration") for v in ("0m", "0s", "00h", "0ms", "5d", "5")],
+    fields._pinned_image: [
+        (v, "expected an image pinned by a version tag or a digest")
+        for v in ("trainer", "ghcr.io/org/trainer:latest", "registry:5000/trainer", "trainer@sha256:abc", "img:")
+    ],
 }
-"""A value each of the settings' own validators refuses, with its expectation."""
+"""Values each of the settings' own validators refuses, with its expectation."""
 NOT_MATCHING = ("not valid!", "", "UPPER_CASE", "-")
 """Candidates for a text that a key's pattern refuses (the first that does not match is used)."""
 WRONG_TYPE: dict[type, tuple[object, str]] = {
@@ -143,7 +148,7 @@ def constraint_values(kind: type, m: Any, path: Path) -> Iterator[tuple[Path, ob
         refused = next(text for text in NOT_MATCHING if not re.search(m.pattern, text))
         yield path, refused, "expected text matching"
     elif getattr(m, "func", None) in VALIDATORS:
-        yield path, *VALIDATORS[m.func]
+        yield from ((path, value, expected) for value, expected in VALIDATORS[m.func])
     else:
         raise AssertionError(f"{key_text(path)}: no bad value for the constraint {m!r}; add one to this test")
 
@@ -226,7 +231,7 @@ PINNED = [
     ("platform", "juicefs.cache.verifyCacheChecksum", "sometimes", "expected one of"),
     ("platform", "monitoring.rules.pendingFor", "10 minutes", "expected text matching"),
     ("platform", "monitoring.rules.gangPendingFor", "30", "expected text matching"),
-    ("platform", "monitoring.rules.checkpointWindow", "1 hour", "expected text matching"),
+    ("platform", "monitoring.rules.checkpointWindow", "1 hour", "expected a positive duration"),
     ("platform", "monitoring.rules.thresholds.cacheHitRatioPercent.warning", 150, "<= 100"),
     ("platform", "monitoring.rules.thresholds.checkpointSaveFailurePercent.critical", 101, "<= 100"),
     ("platform", "monitoring.rules.thresholds.checkpointSaveSeconds.warning", -1, ">= 0"),
@@ -412,6 +417,7 @@ CROSS_FIELD: list[tuple[str, str, dict[str, Any], str, str]] = [
         "volcano.queues[1].name",
         "not already used",
     ),
+    ("WorkspaceSettings", "team", {"workspace.namespace": "kube-system"}, "workspace.namespace", "not kube-*"),
     *(
         ("Toleration", "platform", {"nodeStorage.tolerations": [toleration]}, f"nodeStorage.tolerations[0].{key}", text)
         for toleration, key, text in [

@@ -175,7 +175,7 @@ def test_checkpoint_claim_and_dataset_need_different_names():
     ("config", "key", "expected"),
     [
         ({"job": {"name": "1st-run"}}, "job.name", "expected text matching ^[a-z]"),
-        ({"job": {"image": "pytorch/pytorch"}}, "job.image", "expected text matching"),
+        ({"job": {"image": "pytorch/pytorch"}}, "job.image", "expected an image pinned by a version tag or a digest"),
         ({"job": {"numNodes": 0}}, "job.numNodes", "expected a number >= 1"),
         ({"workspace": {"tierPrefix": "ai"}}, "workspace.tierPrefix", "expected text matching"),
         ({"workspace": {"runAsUser": 0}}, "workspace.runAsUser", "expected a number >= 1"),
