@@ -4,11 +4,23 @@ and ``python -m components docs``."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import pulumi
+
+from .arguments import (
+    Parser,
+    existing_dir,
+    fail,
+    output_dir,
+    output_file,
+    project_dir,
+    render_or_ref,
+    replaced,
+    stack_file,
+    stack_outputs,
+)
 
 
 def config_reference() -> str:
@@ -27,19 +39,20 @@ def config_reference() -> str:
     return reference(PlatformSettings, team)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Render a stack offline; exit 0, or 2 with one clear message when its settings are invalid (a
-    ``pulumi.RunError``: the SettingsError of whichever copy of the library the program imports)."""
-    parser = argparse.ArgumentParser(prog="python -m components", description=__doc__)
+def parser() -> tuple[Parser, dict[str, Parser]]:
+    """The command line and its subcommands' parsers, each argument checked by its type as it is parsed."""
+    parser = Parser(prog="python -m components", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     render_cmd = commands.add_parser("render", help="render a stack offline under Pulumi's mock engine")
     render_cmd.add_argument("--stack", required=True, help="stack name (Pulumi.<stack>.yaml)")
-    render_cmd.add_argument("--out", type=Path, help="output folder (default: build/<stack>)")
-    render_cmd.add_argument("--config-file", type=Path, help="stack file to use instead of Pulumi.<stack>.yaml")
-    render_cmd.add_argument("--project-dir", type=Path, help="Pulumi project to render (default: this repository)")
+    render_cmd.add_argument("--out", type=output_dir, help="output folder (default: build/<stack>)")
+    render_cmd.add_argument("--config-file", type=stack_file, help="stack file to use instead of Pulumi.<stack>.yaml")
+    render_cmd.add_argument(
+        "--project-dir", type=project_dir, help="Pulumi project to render (default: this repository)"
+    )
     render_cmd.add_argument(
         "--stack-outputs",
-        type=Path,
+        type=stack_outputs,
         help="JSON outputs every StackReference reads (`pulumi stack output --json` of the stack itself, to render "
         "its next update)",
     )
@@ -54,47 +67,68 @@ def main(argv: list[str] | None = None) -> int:
     diff_cmd.add_argument("--format", choices=["markdown", "json"], default="markdown")
     diff_cmd.add_argument(
         "--project-dir",
-        type=Path,
+        type=existing_dir,
         help="Pulumi project whose git refs are rendered and whose stack files acknowledge replacements "
         "(default: this repository)",
     )
     docs_cmd = commands.add_parser("docs", help="write the configuration reference (docs/config.md)")
-    docs_cmd.add_argument("--out", type=Path, default=Path("docs/config.md"), help="where to write it")
-    args = parser.parse_args(argv)
+    docs_cmd.add_argument("--out", type=output_file, default=Path("docs/config.md"), help="where to write it")
+    return parser, {"render": render_cmd, "diff": diff_cmd, "docs": docs_cmd}
 
+
+def main(argv: list[str] | None = None) -> int:
+    """Render a stack offline, diff two renders or write the configuration reference; exit 0, or 2 with one
+    clear line for a bad argument, or with the settings' problems when they are invalid (a ``pulumi.RunError``:
+    the SettingsError of whichever copy of the library the program imports)."""
+    top, parsers = parser()
+    args = top.parse_args(argv)
     if args.command == "docs":
-        args.out.write_text(config_reference())
+        with replaced(args.out) as new:
+            new.write_text(config_reference())
         print(f"wrote {args.out}")
         return 0
-
     if args.command == "diff":
-        return diff(args)
+        return diff(args, parsers["diff"])
+    return render_stack(args, parsers["render"])
 
+
+def render_stack(args: argparse.Namespace, parser: Parser) -> int:
+    """Render one stack into its output folder (whole, or not at all)."""
     from . import mock_engine, render
 
+    root = (args.project_dir or render.ROOT).resolve()
+    stacks = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
+    if args.config_file is None and args.stack not in stacks:
+        where = f"a Pulumi.<stack>.yaml in {root}"
+        fail(parser, "--stack", f"expected one of {', '.join(stacks) or 'none'} ({where}); got '{args.stack}'")
     try:
-        root = (args.project_dir or render.ROOT).resolve()
-        outputs = json.loads(args.stack_outputs.read_text()) if args.stack_outputs else None
-        result = render.rendering(args.stack, render.run(args.stack, args.config_file, root, outputs))
+        result = render.rendering(args.stack, render.run(args.stack, args.config_file, root, args.stack_outputs))
     except pulumi.RunError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     finally:
         mock_engine.close_event_loops()
     out_dir = args.out or root / "build" / args.stack
-    render.write(result, out_dir)
+    with replaced(out_dir) as new:
+        render.write(result, new)
     print(render.summary(result))
     print(f"wrote {out_dir}")
     return 0
 
 
-def diff(args: argparse.Namespace) -> int:
+def diff(args: argparse.Namespace, parser: Parser) -> int:
     """Print the diff; exit 1 when it blocks, 2 when a side cannot be rendered or the settings are invalid."""
     from . import plan_diff
     from .render import ROOT
 
+    project = (args.project_dir or ROOT).resolve()
+    for name in ("base", "head"):
+        try:
+            render_or_ref(getattr(args, name), project)
+        except argparse.ArgumentTypeError as exc:
+            fail(parser, name, str(exc))
     try:
-        diffs = plan_diff.compare(args.base, args.head, (args.project_dir or ROOT).resolve(), args.stack)
+        diffs = plan_diff.compare(args.base, args.head, project, args.stack)
     except (plan_diff.RenderError, pulumi.RunError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -321,8 +321,9 @@ def test_acknowledgement_setting_rejects_a_bad_value():
 
 
 def test_cli_renders_a_git_ref_and_reports_a_ref_that_does_not_exist(tmp_path, capsys):
-    assert main(["diff", "no-such-ref", str(tmp_path)]) == 2
-    assert "no-such-ref" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        main(["diff", "no-such-ref", str(tmp_path)])
+    assert exited.value.code == 2 and "argument base:" in capsys.readouterr().err
 
 
 def test_review_doc_lists_every_replace_rule_the_diff_applies():

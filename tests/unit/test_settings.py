@@ -145,8 +145,10 @@ def test_cli_error_has_no_traceback(tmp_path):
     assert "Traceback" not in proc.stderr + proc.stdout
 
 
-def test_unknown_stack_is_rejected():
-    assert main(["render", "--stack", "nope"]) == 2
+def test_unknown_stack_is_rejected(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["render", "--stack", "nope"])
+    assert exited.value.code == 2 and "argument --stack: expected one of dev, prod, staging" in capsys.readouterr().err
 
 
 STACKS = ("dev", "staging", "prod")
