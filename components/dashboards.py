@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .alert_rules import STALE_AFTER_RUNS
+from .protection_alerts import STALE_AFTER_RUNS
 
 UID_PREFIX = "ai-storage-"
 REQUESTS = "juicefs_object_request_durations_histogram_seconds_count"
