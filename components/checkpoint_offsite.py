@@ -113,6 +113,7 @@ def offsite_cronjob_spec(
         kube.TMP_VOLUME,
     ]
     template = kube.pod_template(kube.labels("checkpoint-offsite", claim), [copy], volumes, **spec)
+    template["spec"]["securityContext"].update(kube.ON_ROOT_MISMATCH)
     return kube.cronjob_spec(s.schedule, template)
 
 

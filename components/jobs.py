@@ -90,7 +90,7 @@ def team_pod(queue: str, uid: int, dataset_claim: str, checkpoint_claim: str, co
     return {
         "metadata": {"annotations": {volcano.QUEUE_ANNOTATION: queue}},
         "spec": {
-            "securityContext": kube.restricted_pod(uid),
+            "securityContext": {**kube.restricted_pod(uid), **kube.ON_ROOT_MISMATCH},
             "containers": [{**container, "volumeMounts": mounts, "securityContext": security}],
             "volumes": volumes,
         },

@@ -161,7 +161,12 @@ def runtime_spec(
     container = {"name": NODE, "image": runtime.image, "ports": ports, "env": env, "volumeMounts": mounts}
     pod = {
         "metadata": {"annotations": queue, "labels": {**METRICS_LABELS, **(pod_labels or {})}},
-        "spec": {"schedulerName": SCHEDULER_NAME, "containers": [container], "volumes": volumes},
+        "spec": {
+            "schedulerName": SCHEDULER_NAME,
+            "securityContext": dict(kube.ON_ROOT_MISMATCH),
+            "containers": [container],
+            "volumes": volumes,
+        },
     }
     return {
         "mlPolicy": {"numNodes": runtime.num_nodes, "torch": {}},

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 
 import pytest
 
@@ -22,10 +23,12 @@ from components.checkpoints import (
     protect_checkpoints,
     snapshot_rules,
 )
+from components.toolchain import render
 from tests.conformance.upstream import validate_object
-from tests.conftest import by_name, objects
+from tests.conftest import STACKS, by_name, objects
 from tests.unit import stand_in_api
 
+EXAMPLE = render.ROOT / "examples" / "team-training"
 NAMESPACE, CLAIM, KEEP = "vision", "checkpoints", 3
 SNAPSHOTS = ("snapshot.storage.k8s.io", "volumesnapshots")
 
@@ -248,3 +251,48 @@ def test_the_offsite_copy_skips_checkpoints_without_their_marker_and_sends_the_m
     last = next(i for i, line in enumerate(script) if f"--include {MARKER}" in line)
     assert check < first < last
     assert "juicefs sync --no-https" in script[first]
+
+
+def pod_specs(value: object) -> Iterator[dict]:
+    """Every pod spec (a mapping with ``containers``) nested anywhere in a rendered object."""
+    if isinstance(value, dict):
+        if isinstance(value.get("containers"), list):
+            yield value
+        for item in value.values():
+            yield from pod_specs(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from pod_specs(item)
+
+
+def checkpoint_tier_pods(result: render.Rendering) -> list[tuple[str, dict]]:
+    """The pod specs of a render that mount a claim of the checkpoint tier (its StorageClass, any prefix), with
+    the kind of the object that holds each."""
+    claims = {
+        c["metadata"]["name"]
+        for c in objects(result, "PersistentVolumeClaim")
+        if c["spec"]["storageClassName"].endswith("checkpoint")
+    }
+    rendered = [o for objs in result.manifests.values() for o in objs]
+    return [
+        (obj["kind"], pod)
+        for obj in rendered
+        for pod in pod_specs(obj)
+        if any(v.get("persistentVolumeClaim", {}).get("claimName") in claims for v in pod.get("volumes", []))
+    ]
+
+
+def test_every_pod_that_mounts_the_checkpoint_tier_keeps_the_ownership_of_its_files(as_installed):
+    """fsGroupChangePolicy OnRootMismatch: without it the kubelet re-chowns the whole checkpoint history at each
+    pod start (CephFS). Every stack and both stacks of the team example: the training runtimes, the team's job,
+    the offsite copies and the restore test."""
+    renders = [render.rendering(stack, render.run(stack)) for stack in STACKS]
+    renders += [render.rendering(s, render.run(s, None, EXAMPLE)) for s in ("dev", "dev-volcano")]
+    kinds: set[str] = set()
+    for result in renders:
+        pods = checkpoint_tier_pods(result)
+        assert pods, f"no pod of {result.plan['stack']} mounts the checkpoint tier"
+        for kind, pod in pods:
+            assert pod.get("securityContext", {}).get("fsGroupChangePolicy") == "OnRootMismatch", (kind, pod)
+        kinds |= {kind for kind, _ in pods}
+    assert {"ClusterTrainingRuntime", "TrainJob", "Job", "CronJob"} <= kinds
