@@ -1,6 +1,9 @@
 """Checkpoint protection: scheduled CSI snapshots of a checkpoint claim (``checkpoint_snapshots``), and offsite
 copies of complete checkpoints in the object store (``checkpoint_offsite``).
 
+A job may also land its checkpoints on a node-local volume of the hot tier (``landing``): the training library
+writes there first and promotes each complete checkpoint to the checkpoint claim in the background.
+
 A training job writes a checkpoint as ``step-NNNNNNNN/`` and marks it complete with a ``COMPLETE`` file last:
 the layout of the training library's CheckpointManager (``ai_storage_training.layout``, its one definition).
 Snapshots are crash-consistent copies of the whole claim, kept ``keep`` at a time; a restore from one uses only the
@@ -9,6 +12,8 @@ each checkpoint's marker last, so a copy in the bucket is complete exactly when 
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -35,7 +40,7 @@ from .checkpoint_snapshots import (
     snapshot_rules,
 )
 from .common import kube
-from .sections import Section
+from .sections import Quantity, Section
 
 __all__ = [
     "MARKER",
@@ -45,10 +50,12 @@ __all__ = [
     "SNAPSHOT_LABEL",
     "CheckpointProtection",
     "DeliveredOffsite",
+    "LandingSettings",
     "OffsiteSettings",
     "OffsiteTarget",
     "SnapshotSettings",
     "checkpoint_claim",
+    "landing",
     "offsite_account",
     "offsite_cronjob_spec",
     "offsite_script",
@@ -59,6 +66,23 @@ __all__ = [
 
 MARKER = layout.MARKER
 """The file a checkpoint writer creates last, inside ``step-*/``."""
+DIR_VARIABLE = "AI_STORAGE_CHECKPOINT_DIR"
+"""Where the training library keeps the job's durable checkpoints (on the checkpoint claim)."""
+LOCAL_DIR_VARIABLE = "AI_STORAGE_CHECKPOINT_LOCAL_DIR"
+"""Where the training library lands checkpoints before promoting them to ``DIR_VARIABLE``."""
+LANDING_VOLUME = "checkpoint-landing"
+LANDING_PATH = "/checkpoint-landing"
+
+
+class LandingSettings(Section):
+    """A node-local volume of the hot tier that checkpoints land on before they are promoted to the claim."""
+
+    enabled: bool = False
+    """Give each training pod a generic ephemeral volume of the `<prefix>hot` class at `/checkpoint-landing` and
+    name both directories to the training library (`AI_STORAGE_CHECKPOINT_LOCAL_DIR`, `AI_STORAGE_CHECKPOINT_DIR`)."""
+    size: Quantity = "100Gi"
+    """Requested size of each pod's landing volume (counts against the namespace's hot-tier quota); room for at
+    least two checkpoints of one pod."""
 
 
 class CheckpointProtection(Section):
@@ -86,6 +110,26 @@ def protect_checkpoints(
         schedule_snapshots(name, claim, namespace, s.snapshots, parent, after)
     if s.offsite.enabled and target is not None:
         copy_offsite(name, claim, namespace, s.offsite, target, parent, after)
+
+
+def landing(s: LandingSettings, storage_class: str, durable_dir: str) -> dict[str, list[dict[str, Any]]]:
+    """What a training pod gets for ``s``: its container's ``volumeMounts`` and ``env``, the pod's ``volumes``
+    (empty lists when it is off). The volume lives as long as the pod, on the node the pod runs on."""
+    if not s.enabled:
+        return {"volumeMounts": [], "env": [], "volumes": []}
+    claim = {
+        "metadata": {"labels": kube.labels("training", LANDING_VOLUME)},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": storage_class,
+            "resources": {"requests": {"storage": s.size}},
+        },
+    }
+    return {
+        "volumeMounts": [{"name": LANDING_VOLUME, "mountPath": LANDING_PATH}],
+        "env": [{"name": DIR_VARIABLE, "value": durable_dir}, {"name": LOCAL_DIR_VARIABLE, "value": LANDING_PATH}],
+        "volumes": [{"name": LANDING_VOLUME, "ephemeral": {"volumeClaimTemplate": claim}}],
+    }
 
 
 def checkpoint_claim(
