@@ -206,7 +206,7 @@ def test_without_the_landing_volume_the_pod_has_neither_the_volume_nor_the_varia
 
 
 def test_the_restore_test_runs_the_job_image_on_the_claim_read_only_as_the_team(render_team):
-    result, monitor = render_team(checkpoint={"restoreTest": {"enabled": True, "schedule": "0 5 * * 1"}})
+    result, _ = render_team(checkpoint={"restoreTest": {"enabled": True, "schedule": "0 5 * * 1"}})
     cronjob = by_name(result, "CronJob", "checkpoints-restore-test")
     assert cronjob["metadata"]["namespace"] == "vision" and cronjob["spec"]["schedule"] == "0 5 * * 1"
     job = cronjob["spec"]["jobTemplate"]["spec"]
