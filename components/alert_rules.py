@@ -7,9 +7,10 @@ object store request errors. The metadata engine from redis_exporter beside ever
 memory near its limit, persistence failing, a replica's link down, replicas missing, a failover, the Sentinels'
 quorum lost. Ceph from the Rook mgr module (`ceph_health_status`), gang scheduling from the Volcano scheduler
 (`volcano_queue_pod_group_pending_count`). Training jobs from the training library's own metrics (prefetch hit
-ratio, checkpoint save and restore time, save failures). The data protection (metadata backup, checkpoint
-snapshots, offsite copies) from kube-state-metrics' CronJob and Job series. Thresholds come from settings (the
-design reference's table). Each alert carries a ``runbook_url`` annotation to its section of docs/alerts.md.
+ratio, checkpoint save and restore time, save failures, checkpoint lag). The data protection (metadata backup,
+checkpoint snapshots, offsite copies, restore tests) from kube-state-metrics' CronJob and Job series. Thresholds
+come from settings (the design reference's table). Each alert carries a ``runbook_url`` annotation to its section
+of docs/alerts.md.
 """
 
 from __future__ import annotations
@@ -26,7 +27,13 @@ from .alert_settings import (
     levels,
     with_runbook,
 )
-from .protection_alerts import PROTECTION, STALE_AFTER_RUNS, protection_alerts, protection_recording_rules
+from .protection_alerts import (
+    PROTECTION,
+    STALE_AFTER_RUNS,
+    protection_alerts,
+    protection_recording_rules,
+    restore_test_rules,
+)
 from .training_alerts import training_alerts, training_recording_rules
 
 __all__ = [
@@ -198,7 +205,10 @@ def rule_groups(s: RuleSettings, replicas: int | None, ceph: bool, volcano: bool
             "name": "ai-storage-training",
             "rules": [*training_recording_rules(s.window, s.checkpoint_window), *training_alerts(s)],
         },
-        {"name": "ai-storage-protection", "rules": [*protection_recording_rules(), *protection_alerts()]},
+        {
+            "name": "ai-storage-protection",
+            "rules": [*protection_recording_rules(), *protection_alerts(), *restore_test_rules(s)],
+        },
     ]
     others = platform_alerts(s, ceph, volcano)
     if others:

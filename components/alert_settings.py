@@ -4,6 +4,7 @@ alert with its severity, summary and runbook link, or a warning and a critical a
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import Field
@@ -52,6 +53,12 @@ class AlertThresholds(Section):
     """Mean duration of a training job's checkpoint restores, s; alerts above."""
     checkpoint_save_failure_percent: PercentThreshold = PercentThreshold(warning=5, critical=10)
     """Share of a training job's checkpoint saves that failed, %; alerts above."""
+    checkpoint_lag_intervals: Threshold = Threshold(warning=2, critical=4)
+    """Checkpoint lag of a training job (since its newest requested checkpoint that is not yet durable), in
+    checkpoint intervals (`checkpointInterval`); alerts above."""
+    restore_test_age_hours: Threshold = Threshold(warning=48, critical=168)
+    """Hours since the last successful restore test of a checkpoint claim (its restore test CronJob, or a training
+    job that reports one); alerts above."""
 
     def problems(self) -> list[Problem]:
         """A critical level is worse than the warning level."""
@@ -79,10 +86,20 @@ class RuleSettings(Section):
     checkpoint_window: str = Field("1h", pattern=DURATION)
     """Range over which checkpoint save and restore times and the save failure rate are averaged (saves are
     minutes apart, so longer than `window`)."""
+    checkpoint_interval: str = Field("15m", pattern=DURATION)
+    """How often the training jobs save a checkpoint: the unit of `thresholds.checkpointLagIntervals`."""
     thresholds: AlertThresholds = AlertThresholds()
     """Warning and critical levels."""
     runbook_url: str = "docs/alerts.md"
     """Where docs/alerts.md is served (e.g. its URL in your Git host); each alert links to its section there."""
+
+
+def seconds(duration: str) -> float:
+    """A ``DURATION`` (``90s``, ``15m``, ``2h``) in seconds."""
+    match = re.fullmatch(r"([0-9]+)(ms|s|m|h)", duration)
+    if match is None:
+        raise ValueError(f"expected a duration such as 15m; got {duration!r}")
+    return int(match[1]) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[match[2]]
 
 
 def alert(name: str, expr: str, severity: str, for_: str, summary: str) -> dict[str, Any]:

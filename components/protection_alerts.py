@@ -1,13 +1,16 @@
-"""Alert rules of the data protection (metadata backup, checkpoint snapshots, offsite copies), from
+"""Alert rules of the data protection (metadata backup, checkpoint snapshots, offsite copies, restore tests), from
 kube-state-metrics' CronJob and Job series: a protection CronJob is stale when its last success is too old for its
-schedule, and failed when its newest failed run started after its last success.
+schedule, and failed when its newest failed run started after its last success. A checkpoint claim's restore test
+is overdue when its last success (its CronJob's, or the time a training job reports,
+``ai_storage_checkpoint_restore_test_timestamp_seconds``) is older than a threshold in hours.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .alert_settings import alert
+from .alert_settings import RuleSettings, alert, levels
+from .checkpoint_restore import RESTORE_TEST_SUFFIX
 from .checkpoints import OFFSITE_SUFFIX, SNAPSHOTS_SUFFIX
 from .metadata_backup import BACKUP_CRONJOB
 
@@ -20,13 +23,15 @@ PROTECTION = {
 }
 """The data protection CronJobs by alert name prefix: the pattern of their names (the platform's and every
 team's, in any namespace) and what they are."""
+RESTORE_TEST = ("CheckpointRestoreTest", f".+{RESTORE_TEST_SUFFIX}", "A checkpoint restore test CronJob")
+"""The restore test CronJobs (every team's): alert name prefix, pattern of their names, what they are."""
 
 
 def protection_recording_rules() -> list[dict[str, Any]]:
     """Per protection CronJob (kube-state-metrics): the time of its last success (its creation while it has none),
     its schedule's interval (kube-state-metrics' next run, computed from the schedule, minus the last), and the
     start of its newest failed run."""
-    names = "|".join(pattern for pattern, _ in PROTECTION.values())
+    names = "|".join([*(pattern for pattern, _ in PROTECTION.values()), RESTORE_TEST[1]])
     cronjob = f'{{cronjob=~"{names}"}}'
     created = f"kube_cronjob_created{cronjob}"
     owner = f'kube_job_owner{{owner_kind="CronJob",owner_name=~"{names}"}}'
@@ -67,12 +72,41 @@ def protection_alerts() -> list[dict[str, Any]]:
                 "5m",
                 f"{what} has not succeeded for {STALE_AFTER_RUNS} of its scheduled intervals",
             ),
-            alert(
-                f"{prefix}Failed",
-                f"ai_storage:cronjob_last_failure_time{cronjob} > ai_storage:cronjob_last_success_time{cronjob}",
-                "warning",
-                "1m",
-                f"{what} failed its last run",
-            ),
+            failed_alert(prefix, pattern, what),
         ]
     return rules
+
+
+def failed_alert(prefix: str, pattern: str, what: str) -> dict[str, Any]:
+    """``<prefix>Failed``: the newest failed run of a CronJob named ``pattern`` started after its last success."""
+    cronjob = f'{{cronjob=~"{pattern}"}}'
+    return alert(
+        f"{prefix}Failed",
+        f"ai_storage:cronjob_last_failure_time{cronjob} > ai_storage:cronjob_last_success_time{cronjob}",
+        "warning",
+        "1m",
+        f"{what} failed its last run",
+    )
+
+
+def restore_test_rules(s: RuleSettings) -> list[dict[str, Any]]:
+    """The last successful restore test of each claim (its CronJob's last success, its creation while it has none;
+    or the time a training job reports), overdue above ``restoreTestAgeHours``; a failed restore test (its
+    checkpoint refused, or an error) right away."""
+    prefix, pattern, what = RESTORE_TEST
+    reported = "ai_storage_checkpoint_restore_test_timestamp_seconds"
+    return [
+        {
+            "record": "ai_storage:checkpoint_restore_test_last_success_time",
+            "expr": f'ai_storage:cronjob_last_success_time{{cronjob=~"{pattern}"}} or ({reported} != 0)',
+        },
+        *levels(
+            f"{prefix}Overdue",
+            "(time() - ai_storage:checkpoint_restore_test_last_success_time) / 3600",
+            ">",
+            s.thresholds.restore_test_age_hours,
+            "5m",
+            "No successful checkpoint restore test for more than {level} h",
+        ),
+        failed_alert(prefix, pattern, what),
+    ]

@@ -1,12 +1,13 @@
 """Alert rules of the training jobs, from the training library's own metrics (``ai_storage_training.metrics``,
-per training pod): prefetch hit ratio, checkpoint save and restore time, save failures.
+per training pod): prefetch hit ratio, checkpoint save and restore time, save failures, and checkpoint lag: the
+time since the newest requested checkpoint that is not yet durable, measured in checkpoint intervals.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .alert_settings import RuleSettings, levels
+from .alert_settings import RuleSettings, levels, seconds
 
 
 def training_recording_rules(window: str, checkpoint_window: str) -> list[dict[str, Any]]:
@@ -70,5 +71,15 @@ def training_alerts(s: RuleSettings) -> list[dict[str, Any]]:
             t.checkpoint_save_failure_percent,
             f,
             "More than {level} % of a training job's checkpoint saves fail",
+        ),
+        # The lag is itself a duration (it only grows until the checkpoint is durable): no extra wait.
+        *levels(
+            "CheckpointLagHigh",
+            f"ai_storage_checkpoint_lag_seconds / {seconds(s.checkpoint_interval):g}",
+            ">",
+            t.checkpoint_lag_intervals,
+            "0s",
+            "A training job's newest checkpoint has not been durable for more than {level} checkpoint intervals"
+            f" ({s.checkpoint_interval} each)",
         ),
     ]
