@@ -112,7 +112,7 @@ def protect_checkpoints(
         copy_offsite(name, claim, namespace, s.offsite, target, parent, after)
 
 
-def landing(s: LandingSettings, storage_class: str, durable_dir: str) -> dict[str, list[dict[str, Any]]]:
+def landing(s: LandingSettings, storage_class: pulumi.Input[str], durable_dir: str) -> dict[str, list[dict[str, Any]]]:
     """What a training pod gets for ``s``: its container's ``volumeMounts`` and ``env``, the pod's ``volumes``
     (empty lists when it is off). The volume lives as long as the pod, on the node the pod runs on."""
     if not s.enabled:

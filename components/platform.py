@@ -260,5 +260,6 @@ class Platform(pulumi.ComponentResource):
                 s.cluster.protect_stateful_resources,
                 s.checkpoints,
                 offsite,
+                hot_class=tiers.classes.get("hot"),
             )
             Training(f"{name}-training", args, child)

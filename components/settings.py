@@ -209,6 +209,10 @@ class PlatformSettings(Section):
             found.append(
                 Problem("tiers.checkpoint", "expected a backend", "none", "training's checkpoint claim uses this tier")
             )
+        landing = [i for i, r in enumerate(t.runtimes if t.enabled else []) if r.checkpoint_landing.enabled]
+        if landing and self.tiers.hot == "none":
+            key, expected = f"training.runtimes[{landing[0]}].checkpointLanding.enabled", "expected a hot tier"
+            found.append(Problem(key, expected, True, "the landing volume is on the hot tier: set tiers.hot"))
         snapshots = self.rook_ceph.enabled and self.rook_ceph.snapshot_classes
         if t.enabled and self.checkpoints.snapshots.enabled and not (self.tiers.checkpoint == "cephfs" and snapshots):
             found.append(

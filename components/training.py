@@ -72,6 +72,8 @@ class RuntimeSettings(Section):
     """Trainer image, pinned by tag or digest; TrainJobs usually override it."""
     dataset_claim: DnsLabel
     """PVC mounted read-only at `/data` (a Fluid dataset's claim carries the dataset's name)."""
+    checkpoint_landing: checkpoints.LandingSettings = checkpoints.LandingSettings()
+    """A node-local landing volume of the hot tier in each pod, for checkpoints promoted to `/checkpoints`."""
 
 
 class TrainingSettings(Section):
@@ -151,13 +153,20 @@ def metrics_port() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 
 def runtime_spec(
-    runtime: RuntimeSettings, checkpoint_claim: str, pod_labels: dict[str, str] | None = None
+    runtime: RuntimeSettings,
+    checkpoint_claim: str,
+    pod_labels: dict[str, str] | None = None,
+    hot_class: pulumi.Input[str] | None = None,
 ) -> dict[str, Any]:
-    """The ``spec`` of a ClusterTrainingRuntime wired to Volcano, with the /data and /checkpoints mounts, its
-    pods labelled and its container's port declared for the training metrics' PodMonitor."""
+    """The ``spec`` of a ClusterTrainingRuntime wired to Volcano, with the /data and /checkpoints mounts (and the
+    checkpoint landing volume of the ``hot_class`` when the runtime asks for it), its pods labelled and its
+    container's port declared for the training metrics' PodMonitor."""
     queue = {QUEUE_ANNOTATION: runtime.queue}
     mounts, volumes = claim_volumes(runtime.dataset_claim, checkpoint_claim)
     ports, env = metrics_port()
+    if runtime.checkpoint_landing.enabled and hot_class is not None:
+        local = checkpoints.landing(runtime.checkpoint_landing, hot_class, CHECKPOINT_PATH)
+        mounts, volumes, env = mounts + local["volumeMounts"], volumes + local["volumes"], env + local["env"]
     container = {"name": NODE, "image": runtime.image, "ports": ports, "env": env, "volumeMounts": mounts}
     pod = {
         "metadata": {"annotations": queue, "labels": {**METRICS_LABELS, **(pod_labels or {})}},
@@ -240,6 +249,8 @@ class TrainingArgs:
     """Snapshots and offsite copies of the checkpoint claim (none: neither)."""
     offsite: OffsiteTarget | None = None
     """The bucket offsite copies go to."""
+    hot_class: pulumi.Input[str] | None = None
+    """StorageClass of the hot tier, for the runtimes' checkpoint landing volumes (none: no hot tier)."""
 
 
 class Training(pulumi.ComponentResource):
@@ -302,7 +313,7 @@ class Training(pulumi.ComponentResource):
             api_version="trainer.kubeflow.org/v1alpha1",
             kind="ClusterTrainingRuntime",
             metadata={"name": runtime.name, "labels": kube.labels("kubeflow-trainer", "runtime")},
-            spec=runtime_spec(runtime, args.settings.checkpoint_claim, labels),
+            spec=runtime_spec(runtime, args.settings.checkpoint_claim, labels, args.hot_class),
             opts=pulumi.ResourceOptions(parent=self, depends_on=after),
         )
         return cr.metadata["name"]

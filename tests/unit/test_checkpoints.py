@@ -16,6 +16,7 @@ from components.checkpoints import (
     MARKER,
     SNAPSHOT_LABEL,
     CheckpointProtection,
+    LandingSettings,
     OffsiteSettings,
     OffsiteTarget,
     SnapshotSettings,
@@ -23,6 +24,7 @@ from components.checkpoints import (
     protect_checkpoints,
     snapshot_rules,
 )
+from components.sections import SettingsError
 from components.toolchain import render
 from tests.conformance.upstream import validate_object
 from tests.conftest import STACKS, by_name, objects
@@ -296,3 +298,33 @@ def test_every_pod_that_mounts_the_checkpoint_tier_keeps_the_ownership_of_its_fi
             assert pod.get("securityContext", {}).get("fsGroupChangePolicy") == "OnRootMismatch", (kind, pod)
         kinds |= {kind for kind, _ in pods}
     assert {"ClusterTrainingRuntime", "TrainJob", "Job", "CronJob"} <= kinds
+
+
+def test_a_runtime_with_a_landing_volume_gives_each_pod_one_of_the_hot_class():
+    from components.training import RuntimeSettings, runtime_spec
+
+    landing = LandingSettings(enabled=True, size="50Gi")
+    runtime = RuntimeSettings(name="rt", queue="q", dataset_claim="data", checkpoint_landing=landing)
+    (node,) = runtime_spec(runtime, "checkpoints", None, "ai-hot")["template"]["spec"]["replicatedJobs"]
+    pod = node["template"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    volume = {v["name"]: v for v in pod["volumes"]}["checkpoint-landing"]
+    claim = volume["ephemeral"]["volumeClaimTemplate"]["spec"]
+    assert claim["storageClassName"] == "ai-hot" and claim["resources"]["requests"]["storage"] == "50Gi"
+    assert {"name": "checkpoint-landing", "mountPath": "/checkpoint-landing"} in container["volumeMounts"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["AI_STORAGE_CHECKPOINT_LOCAL_DIR"] == "/checkpoint-landing"
+    assert env["AI_STORAGE_CHECKPOINT_DIR"] == "/checkpoints"
+    off = runtime_spec(runtime.model_copy(update={"checkpoint_landing": LandingSettings()}), "checkpoints")
+    (node,) = off["template"]["spec"]["replicatedJobs"]
+    assert [v["name"] for v in node["template"]["spec"]["template"]["spec"]["volumes"]] == ["data", "checkpoints"]
+
+
+def test_a_runtime_landing_volume_without_a_hot_tier_is_refused_naming_the_key():
+    from components.settings import load_settings
+
+    runtime = {"name": "rt", "queue": "team-a", "datasetClaim": "d", "checkpointLanding": {"enabled": True}}
+    with pytest.raises(SettingsError) as caught:
+        load_settings("dev", {"tiers": {"hot": "none"}, "training": {"runtimes": [runtime]}})
+    message = str(caught.value)
+    assert "training.runtimes[0].checkpointLanding.enabled: expected a hot tier" in message and "Hint:" in message
