@@ -305,7 +305,10 @@ def test_a_runtime_with_a_landing_volume_gives_each_pod_one_of_the_hot_class():
 
     landing = LandingSettings(enabled=True, size="50Gi")
     runtime = RuntimeSettings(name="rt", queue="q", dataset_claim="data", checkpoint_landing=landing)
-    (node,) = runtime_spec(runtime, "checkpoints", None, "ai-hot")["template"]["spec"]["replicatedJobs"]
+    spec = runtime_spec(runtime, "checkpoints", None, "ai-hot")
+    cr = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime", "metadata": {"name": "rt"}}
+    assert validate_object({**cr, "spec": spec}, "1.33") == []
+    (node,) = spec["template"]["spec"]["replicatedJobs"]
     pod = node["template"]["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     volume = {v["name"]: v for v in pod["volumes"]}["checkpoint-landing"]
