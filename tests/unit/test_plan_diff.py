@@ -338,11 +338,14 @@ def test_release_version_matches_the_changelog_and_its_upgrade_notes_name_each_c
 
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     changelog = (ROOT / "CHANGELOG.md").read_text()
-    releases = [line.split()[1] for line in changelog.splitlines() if line.startswith("## [")]
+    releases = [
+        line.split()[1] for line in changelog.splitlines() if line.startswith("## [") and "Unreleased" not in line
+    ]
     assert releases[:2] == [f"[{version}]", "[0.1.0]"] and version == "0.2.0"
     library = tomllib.loads((ROOT / "ai_storage_training" / "pyproject.toml").read_text())["project"]["version"]
     assert library == version, "the training library is released with the platform: one version"
-    upgrade = changelog[changelog.index("### Upgrading from 0.1.0") : changelog.index("### Added")]
+    start = changelog.index("### Upgrading from 0.1.0")
+    upgrade = changelog[start : changelog.index("### Added", start)]
     for named in (
         "metadata.migratedFrom: standalone",
         "metadata.engine: standalone",
