@@ -129,3 +129,20 @@ def test_the_staging_claim_is_not_the_dataset_or_checkpoint_claim():
     with pytest.raises(SettingsError) as err:
         load_team_settings({**config, "staging": {"enabled": True, "version": "v1", "claim": "dataset"}})
     assert "  - staging.claim: expected a claim other than dataset.name and checkpoint.claim" in str(err.value)
+
+
+def test_the_example_hot_volumes_fit_the_vended_namespace_quota_and_claim_policy(render_team):
+    result, _ = render_team()
+    (job,) = objects(result, "Job")
+    volumes = {v["name"]: v for v in pod_spec(result)["volumes"]}
+    claim = volumes["staged"]["ephemeral"]["volumeClaimTemplate"]["spec"]
+    platform = render.rendering("dev", render.run("dev"))
+    (quota,) = [o for o in objects(platform, "ResourceQuota") if o["metadata"]["namespace"] == "speech"]
+    hard = quota["spec"]["hard"]
+    cls = claim["storageClassName"]
+    pods = job["spec"]["tasks"][0]["replicas"]  # one ephemeral claim per pod
+    requested = pods * kube_semantics.quantity(claim["resources"]["requests"]["storage"])
+    assert requested <= kube_semantics.quantity(hard[f"{cls}.storageclass.storage.k8s.io/requests.storage"])
+    assert pods <= int(hard[f"{cls}.storageclass.storage.k8s.io/persistentvolumeclaims"])
+    (policy,) = objects(platform, "ValidatingAdmissionPolicy")
+    assert f"'{cls}'" in policy["spec"]["validations"][0]["expression"]  # a tier class: the claim policy admits it
