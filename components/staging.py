@@ -10,7 +10,9 @@ verified version is not copied again. The trainer container mounts the staged co
 
 The hot volume is a generic ephemeral volume of the ``<prefix>hot`` class (a claim per pod, deleted with it,
 counted against the namespace's hot-tier quota), or a hot-tier claim the team names (kept between jobs, so a
-second job skips the copy).
+second job skips the copy). A team's Volcano Job stages with ``TeamSettings.staging``; a TrainJob cannot add an
+init container (Trainer v2.3's runtime patches set only the env, mounts and securityContext of the runtime's
+own), so a platform runtime stages for its TrainJobs with ``training.runtimes[].staging``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from typing import Any
 
 from pydantic import Field
 
-from . import training
 from .common import kube
 from .sections import DnsLabel, Problem, Quantity, Resources, Section
 
@@ -65,7 +66,9 @@ class StagingSettings(Section):
     @property
     def source_dir(self) -> str:
         """The version's directory on the dataset claim, as the pods mount it."""
-        return posixpath.join(training.DATA_PATH, self.source, self.version or "")
+        from .training import DATA_PATH  # training imports this module
+
+        return posixpath.join(DATA_PATH, self.source, self.version or "")
 
     @property
     def dataset_dir(self) -> str:
@@ -90,7 +93,7 @@ def staged_volume(s: StagingSettings, tier_prefix: str) -> dict[str, Any]:
     if s.claim:
         return {"name": STAGED_VOLUME, "persistentVolumeClaim": {"claimName": s.claim}}
     claim = {
-        "metadata": {"labels": kube.labels("team", "staged-dataset")},
+        "metadata": {"labels": kube.labels("dataset-staging", "hot-volume")},
         "spec": {
             "accessModes": ["ReadWriteOnce"],
             "storageClassName": f"{tier_prefix}hot",
@@ -102,13 +105,15 @@ def staged_volume(s: StagingSettings, tier_prefix: str) -> dict[str, Any]:
 
 def init_container(s: StagingSettings, image: str, uid: int) -> dict[str, Any]:
     """The staging init container: the job's image, the dataset read-only, the hot volume, restricted."""
+    from .training import DATA_PATH, DATA_VOLUME  # training imports this module
+
     return {
         "name": INIT_CONTAINER,
         "image": image,
         "command": stage_command(s),
         "resources": s.resources.spec(),
         "volumeMounts": [
-            {"name": training.DATA_VOLUME, "mountPath": training.DATA_PATH, "readOnly": True},
+            {"name": DATA_VOLUME, "mountPath": DATA_PATH, "readOnly": True},
             {"name": STAGED_VOLUME, "mountPath": STAGED_PATH},
         ],
         "securityContext": kube.restricted_container(uid),
@@ -116,9 +121,10 @@ def init_container(s: StagingSettings, image: str, uid: int) -> dict[str, Any]:
 
 
 def stage_into(pod_spec: dict[str, Any], s: StagingSettings, image: str, uid: int, tier_prefix: str) -> None:
-    """Add staging to a team pod's spec: the init container, the hot volume, and the staged copy (read-only)
-    and its variables in every container."""
+    """Add staging to a pod's spec: the init container (running as ``uid``, the pod's fsGroup unless it has one),
+    the hot volume, and the staged copy (read-only) and its variables in every container."""
     pod_spec["initContainers"] = [init_container(s, image, uid)]
+    pod_spec.setdefault("securityContext", {}).setdefault("fsGroup", uid)  # the volume is writable by ``uid``
     pod_spec["volumes"].append(staged_volume(s, tier_prefix))
     for container in pod_spec["containers"]:
         container["env"] = [*container.get("env", []), *trainer_env(s)]

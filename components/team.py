@@ -107,7 +107,8 @@ class TeamSettings(Section):
         if st.enabled and self.job.kind != "volcano":
             hint = (
                 "a TrainJob's runtime patches can set only the env, mounts and securityContext of the runtime's own "
-                "init containers (Trainer v2.3), not add one; use job.kind: volcano to stage"
+                "init containers (Trainer v2.3), not add one; use job.kind: volcano, or a platform runtime that "
+                "stages (training.runtimes[].staging)"
             )
             found.append(Problem("staging.enabled", "expected job.kind: volcano", True, hint))
         if st.claim is not None and st.claim in (self.dataset.name, self.checkpoint.claim):

@@ -1,7 +1,8 @@
 """Staging a dataset version onto the hot tier: the example's Volcano Job gets an init container that runs the
 job's image with the `stage` command, onto a generic ephemeral volume of the hot class (or a claim), restricted
-and within the namespace's LimitRange; the trainer reads the staged copy read-only, told where by the library's
-variables; off by default, and bad values are refused naming the key."""
+and within the namespace's LimitRange and quota; the trainer reads the staged copy read-only, told where by the
+library's variables; a platform runtime stages the same way for its TrainJobs; off by default, and bad values are
+refused naming the key."""
 
 from __future__ import annotations
 
@@ -9,11 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from components.common import versions
 from components.sections import SettingsError
+from components.settings import load_settings, merge
 from components.staging import StagingSettings, stage_command
 from components.team import load_team_settings
 from components.toolchain import render
+from components.training import RuntimeSettings, runtime_spec
 from tests import kube_semantics
+from tests.conformance.upstream import validate_custom_resource
 from tests.conftest import Render, objects, stack_file
 
 EXAMPLE = render.ROOT / "examples" / "team-training"
@@ -146,3 +151,51 @@ def test_the_example_hot_volumes_fit_the_vended_namespace_quota_and_claim_policy
     assert pods <= int(hard[f"{cls}.storageclass.storage.k8s.io/persistentvolumeclaims"])
     (policy,) = objects(platform, "ValidatingAdmissionPolicy")
     assert f"'{cls}'" in policy["spec"]["validations"][0]["expression"]  # a tier class: the claim policy admits it
+
+
+STAGER = "ghcr.io/example/vision-trainer:1.4.0"
+RUNTIME = {"name": "torch-staged", "queue": "team-a", "datasetClaim": "datasets", "image": STAGER}
+
+
+def test_a_platform_runtime_stages_for_its_trainjobs_with_its_image():
+    staging = {"enabled": True, "source": "imagenet", "version": "v2", "size": "500Gi"}
+    runtime = RuntimeSettings.model_validate({**RUNTIME, "staging": staging})
+    cr = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": "torch-staged"},
+        "spec": runtime_spec(runtime, "checkpoints", None, "ai-"),
+    }
+    assert validate_custom_resource(cr) == []  # against the Trainer's upstream CRD
+    pod = cr["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    assert init["image"] == STAGER and init["command"][4:] == [
+        "--source",
+        "/data/imagenet/v2",
+        "--dest",
+        "/staged/imagenet/v2",
+    ]
+    assert pod["securityContext"] == {"fsGroup": 10001}  # the non-root init container can write the new volume
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["staged"]["ephemeral"]["volumeClaimTemplate"]["spec"]["storageClassName"] == "ai-hot"
+    (node,) = pod["containers"]
+    assert {"name": "AI_STORAGE_DATASET_DIR", "value": "/staged/imagenet/v2"} in node["env"]
+
+
+def test_a_runtime_without_staging_renders_as_before():
+    runtime = RuntimeSettings.model_validate(RUNTIME)
+    pod = runtime_spec(runtime, "checkpoints")["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert "initContainers" not in pod["template"]["spec"] and "securityContext" not in pod["template"]["spec"]
+
+
+def test_a_runtime_stages_only_with_an_image_that_has_the_library_and_a_hot_tier():
+    platform = {"training": {"enabled": True}, "volcano": {"enabled": True, "queues": [{"name": "team-a"}]}}
+    staging = {"enabled": True, "version": "v1"}
+    bare = {**RUNTIME, "image": versions.TORCH_RUNTIME_IMAGE, "staging": staging}
+    with pytest.raises(SettingsError) as err:
+        load_settings("dev", merge(platform, {"training": {"runtimes": [bare]}}))
+    assert "  - training.runtimes[0].image: expected an image with the training library" in str(err.value)
+    no_hot = merge(platform, {"training": {"runtimes": [{**RUNTIME, "staging": staging}]}, "tiers": {"hot": "none"}})
+    with pytest.raises(SettingsError) as err:
+        load_settings("dev", no_hot)
+    assert "  - training.runtimes[0].staging.enabled: expected a backend for tiers.hot" in str(err.value)
