@@ -230,6 +230,10 @@ class PlatformSettings(Section):
             for i, runtime in enumerate(t.runtimes if t.enabled else [])
             if runtime.queue not in queues
         ]
+        for i, runtime in enumerate(t.runtimes if t.enabled and self.tiers.hot == "none" else []):
+            if runtime.staging.enabled:
+                key, hint = f"training.runtimes[{i}].staging.enabled", "it stages onto a volume of the hot tier's class"
+                found.append(Problem(key, "expected a backend for tiers.hot", True, hint))
         found += [
             Problem(
                 f"fluid.datasets[{i}].runtime",

@@ -24,6 +24,7 @@ from .checkpoints import CheckpointProtection, DeliveredOffsite, checkpoint_clai
 from .common import kube
 from .jobs import JobSettings, train_job_spec, volcano_job_spec
 from .sections import DnsLabel, Problem, Quantity, Section, validate
+from .staging import StagingSettings, stage_into
 from .storage_tiers import NAME_PREFIX
 
 DELIVERED = DeliveredOffsite(tenants.OFFSITE_ACCOUNT, tenants.OFFSITE_TARGET, tenants.OFFSITE_CREDENTIALS)
@@ -77,6 +78,8 @@ class TeamSettings(Section):
     """Claim on the checkpoint tier, its snapshots and offsite copies."""
     job: JobSettings = JobSettings()
     """The training job (TrainJob or Volcano Job)."""
+    staging: StagingSettings = StagingSettings()
+    """Stage a dataset version onto a node-local hot-tier volume before training (`job.kind: volcano`)."""
 
     @property
     def queue_name(self) -> str:
@@ -84,7 +87,7 @@ class TeamSettings(Section):
         return self.queue or self.workspace.namespace
 
     def problems(self) -> list[Problem]:
-        """The dataset and the checkpoints are two claims."""
+        """The dataset and the checkpoints are two claims; staging's rules (``_staging_problems``)."""
         if self.checkpoint.claim == self.dataset.name:
             return [
                 Problem(
@@ -92,9 +95,28 @@ class TeamSettings(Section):
                     "expected a claim name other than dataset.name",
                     self.checkpoint.claim,
                     "the dataset and the checkpoints are two claims in one namespace",
-                )
+                ),
+                *self._staging_problems(),
             ]
-        return []
+        return self._staging_problems()
+
+    def _staging_problems(self) -> list[Problem]:
+        """Staging needs a job whose pods can get an init container, and a hot claim of its own."""
+        found = []
+        st = self.staging
+        if st.enabled and self.job.kind != "volcano":
+            hint = (
+                "a TrainJob's runtime patches can set only the env, mounts and securityContext of the runtime's own "
+                "init containers (Trainer v2.3), not add one; use job.kind: volcano, or a platform runtime that "
+                "stages (training.runtimes[].staging)"
+            )
+            found.append(Problem("staging.enabled", "expected job.kind: volcano", True, hint))
+        if st.claim is not None and st.claim in (self.dataset.name, self.checkpoint.claim):
+            expected = "expected a claim other than dataset.name and checkpoint.claim"
+            found.append(
+                Problem("staging.claim", expected, st.claim, "the staged copy needs a hot-tier claim of its own")
+            )
+        return found
 
 
 def load_team_settings(config: Mapping[str, Any]) -> TeamSettings:
@@ -161,6 +183,7 @@ class TeamWorkspace(pulumi.ComponentResource):
         uid, claims = s.workspace.run_as_user, (s.dataset.name, s.checkpoint.claim)
         if s.job.kind == "volcano":
             api, kind, spec = "batch.volcano.sh/v1alpha1", "Job", volcano_job_spec(s.job, s.queue_name, uid, *claims)
+            _stage_dataset(spec, s)
         else:
             api, kind, spec = (
                 "trainer.kubeflow.org/v1alpha1",
@@ -196,3 +219,10 @@ class TeamWorkspace(pulumi.ComponentResource):
             },
             opts=kube.stateful(self, w.protect),
         )
+
+
+def _stage_dataset(volcano_spec: dict[str, Any], s: TeamSettings) -> None:
+    """With `staging.enabled`, the Volcano Job's pods stage the dataset version first (module ``staging``)."""
+    if s.staging.enabled and s.job.image:
+        (task,) = volcano_spec["tasks"]
+        stage_into(task["template"]["spec"], s.staging, s.job.image, s.workspace.run_as_user, s.workspace.tier_prefix)

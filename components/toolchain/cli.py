@@ -58,13 +58,19 @@ def main(argv: list[str] | None = None) -> int:
         help="Pulumi project whose git refs are rendered and whose stack files acknowledge replacements "
         "(default: this repository)",
     )
-    docs_cmd = commands.add_parser("docs", help="write the configuration reference (docs/config.md)")
-    docs_cmd.add_argument("--out", type=Path, default=Path("docs/config.md"), help="where to write it")
+    docs_cmd = commands.add_parser(
+        "docs", help="write the configuration reference (docs/config.md) and the tiers' records (docs/tiers.md)"
+    )
+    docs_cmd.add_argument("--out", type=Path, default=Path("docs/config.md"), help="where to write the reference")
+    docs_cmd.add_argument("--tiers-out", type=Path, default=Path("docs/tiers.md"), help="where to write the records")
     args = parser.parse_args(argv)
 
     if args.command == "docs":
+        from .tiers_page import tiers_page
+
         args.out.write_text(config_reference())
-        print(f"wrote {args.out}")
+        args.tiers_out.write_text(tiers_page())
+        print(f"wrote {args.out} and {args.tiers_out}")
         return 0
 
     if args.command == "diff":
