@@ -25,6 +25,9 @@ from pydantic import Field
 from .common import kube
 from .sections import DnsLabel, Problem, Quantity, Resources, Section
 
+DATA_PATH = "/data"
+"""Where a job's pods mount the dataset claim (the training runtimes and team jobs alike)."""
+DATA_VOLUME = "data"
 INIT_CONTAINER = "stage-dataset"
 """Name of the init container that stages the dataset."""
 STAGED_VOLUME = "staged"
@@ -66,8 +69,6 @@ class StagingSettings(Section):
     @property
     def source_dir(self) -> str:
         """The version's directory on the dataset claim, as the pods mount it."""
-        from .training import DATA_PATH  # training imports this module
-
         return posixpath.join(DATA_PATH, self.source, self.version or "")
 
     @property
@@ -105,8 +106,6 @@ def staged_volume(s: StagingSettings, tier_prefix: str) -> dict[str, Any]:
 
 def init_container(s: StagingSettings, image: str, uid: int) -> dict[str, Any]:
     """The staging init container: the job's image, the dataset read-only, the hot volume, restricted."""
-    from .training import DATA_PATH, DATA_VOLUME  # training imports this module
-
     return {
         "name": INIT_CONTAINER,
         "image": image,

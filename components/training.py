@@ -29,12 +29,10 @@ from . import checkpoints
 from .checkpoints import CheckpointProtection, OffsiteTarget, protect_checkpoints
 from .common import kube, versions
 from .sections import ControllerSettings, DnsLabel, Problem, Quantity, Section
-from .staging import StagingSettings, stage_into
+from .staging import DATA_PATH, DATA_VOLUME, StagingSettings, stage_into
 from .volcano import QUEUE_ANNOTATION, SCHEDULER_NAME
 
-DATA_PATH = "/data"
 CHECKPOINT_PATH = "/checkpoints"
-DATA_VOLUME = "data"
 CHECKPOINT_VOLUME = "checkpoints"
 PINNED_IMAGE = r"^[^\s:@]+(:[^\s:@]+|@sha256:[0-9a-f]{64})$"
 """An image reference with a tag or a digest."""

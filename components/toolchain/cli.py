@@ -66,13 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "docs":
-        from .tiers_page import tiers_page
-
-        args.out.write_text(config_reference())
-        args.tiers_out.write_text(tiers_page())
-        print(f"wrote {args.out} and {args.tiers_out}")
-        return 0
-
+        return docs(args)
     if args.command == "diff":
         return diff(args)
 
@@ -91,6 +85,16 @@ def main(argv: list[str] | None = None) -> int:
     render.write(result, out_dir)
     print(render.summary(result))
     print(f"wrote {out_dir}")
+    return 0
+
+
+def docs(args: argparse.Namespace) -> int:
+    """Write the configuration reference and the tiers' decision records."""
+    from .tiers_page import tiers_page
+
+    args.out.write_text(config_reference())
+    args.tiers_out.write_text(tiers_page())
+    print(f"wrote {args.out} and {args.tiers_out}")
     return 0
 
 
