@@ -260,6 +260,6 @@ class Platform(pulumi.ComponentResource):
                 s.cluster.protect_stateful_resources,
                 s.checkpoints,
                 offsite,
-                hot_class=tiers.classes.get("hot"),
+                s.tiers.name_prefix,
             )
             Training(f"{name}-training", args, child)

@@ -34,6 +34,7 @@ from .checkpoints import (
 from .common import kube
 from .jobs import JobSettings, train_job_spec, volcano_job_spec
 from .sections import DnsLabel, Problem, Quantity, Section, validate
+from .staging import StagingSettings, stage_into
 from .storage_tiers import NAME_PREFIX
 from .training import CHECKPOINT_PATH
 
@@ -93,6 +94,8 @@ class TeamSettings(Section):
     """Claim on the checkpoint tier, its snapshots and offsite copies."""
     job: JobSettings = JobSettings()
     """The training job (TrainJob or Volcano Job)."""
+    staging: StagingSettings = StagingSettings()
+    """Stage a dataset version onto a node-local hot-tier volume before training (`job.kind: volcano`)."""
 
     @property
     def queue_name(self) -> str:
@@ -105,7 +108,8 @@ class TeamSettings(Section):
         return f"{CHECKPOINT_PATH}/{self.job.name}"
 
     def problems(self) -> list[Problem]:
-        """The dataset and the checkpoints are two claims; a restore test needs an image."""
+        """The dataset and the checkpoints are two claims; a restore test needs an image; staging's rules
+        (``_staging_problems``)."""
         found = []
         if self.checkpoint.claim == self.dataset.name:
             found.append(
@@ -120,6 +124,24 @@ class TeamSettings(Section):
         if test.enabled and test.image is None and self.job.image is None:
             expected = "expected an image (or job.image) with restoreTest.enabled"
             found.append(Problem("checkpoint.restoreTest.image", expected, None, "the test runs the job's image"))
+        return found + self._staging_problems()
+
+    def _staging_problems(self) -> list[Problem]:
+        """Staging needs a job whose pods can get an init container, and a hot claim of its own."""
+        found = []
+        st = self.staging
+        if st.enabled and self.job.kind != "volcano":
+            hint = (
+                "a TrainJob's runtime patches can set only the env, mounts and securityContext of the runtime's own "
+                "init containers (Trainer v2.3), not add one; use job.kind: volcano, or a platform runtime that "
+                "stages (training.runtimes[].staging)"
+            )
+            found.append(Problem("staging.enabled", "expected job.kind: volcano", True, hint))
+        if st.claim is not None and st.claim in (self.dataset.name, self.checkpoint.claim):
+            expected = "expected a claim other than dataset.name and checkpoint.claim"
+            found.append(
+                Problem("staging.claim", expected, st.claim, "the staged copy needs a hot-tier claim of its own")
+            )
         return found
 
 
@@ -195,6 +217,7 @@ class TeamWorkspace(pulumi.ComponentResource):
         if s.job.kind == "volcano":
             api, kind = "batch.volcano.sh/v1alpha1", "Job"
             spec = volcano_job_spec(s.job, s.queue_name, uid, *claims, local)
+            _stage_dataset(spec, s)
         else:
             api, kind = "trainer.kubeflow.org/v1alpha1", "TrainJob"
             spec = train_job_spec(s.job, s.queue_name, uid, *claims, local)
@@ -227,3 +250,10 @@ class TeamWorkspace(pulumi.ComponentResource):
             },
             opts=kube.stateful(self, w.protect),
         )
+
+
+def _stage_dataset(volcano_spec: dict[str, Any], s: TeamSettings) -> None:
+    """With `staging.enabled`, the Volcano Job's pods stage the dataset version first (module ``staging``)."""
+    if s.staging.enabled and s.job.image:
+        (task,) = volcano_spec["tasks"]
+        stage_into(task["template"]["spec"], s.staging, s.job.image, s.workspace.run_as_user, s.workspace.tier_prefix)

@@ -58,15 +58,15 @@ def main(argv: list[str] | None = None) -> int:
         help="Pulumi project whose git refs are rendered and whose stack files acknowledge replacements "
         "(default: this repository)",
     )
-    docs_cmd = commands.add_parser("docs", help="write the configuration reference (docs/config.md)")
-    docs_cmd.add_argument("--out", type=Path, default=Path("docs/config.md"), help="where to write it")
+    docs_cmd = commands.add_parser(
+        "docs", help="write the configuration reference (docs/config.md) and the tiers' records (docs/tiers.md)"
+    )
+    docs_cmd.add_argument("--out", type=Path, default=Path("docs/config.md"), help="where to write the reference")
+    docs_cmd.add_argument("--tiers-out", type=Path, default=Path("docs/tiers.md"), help="where to write the records")
     args = parser.parse_args(argv)
 
     if args.command == "docs":
-        args.out.write_text(config_reference())
-        print(f"wrote {args.out}")
-        return 0
-
+        return docs(args)
     if args.command == "diff":
         return diff(args)
 
@@ -85,6 +85,16 @@ def main(argv: list[str] | None = None) -> int:
     render.write(result, out_dir)
     print(render.summary(result))
     print(f"wrote {out_dir}")
+    return 0
+
+
+def docs(args: argparse.Namespace) -> int:
+    """Write the configuration reference and the tiers' decision records."""
+    from .tiers_page import tiers_page
+
+    args.out.write_text(config_reference())
+    args.tiers_out.write_text(tiers_page())
+    print(f"wrote {args.out} and {args.tiers_out}")
     return 0
 
 

@@ -305,7 +305,7 @@ def test_a_runtime_with_a_landing_volume_gives_each_pod_one_of_the_hot_class():
 
     landing = LandingSettings(enabled=True, size="50Gi")
     runtime = RuntimeSettings(name="rt", queue="q", dataset_claim="data", checkpoint_landing=landing)
-    spec = runtime_spec(runtime, "checkpoints", None, "ai-hot")
+    spec = runtime_spec(runtime, "checkpoints", None, "ai-")
     cr = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime", "metadata": {"name": "rt"}}
     assert validate_object({**cr, "spec": spec}, "1.33") == []
     (node,) = spec["template"]["spec"]["replicatedJobs"]

@@ -201,7 +201,8 @@ def test_without_the_landing_volume_the_pod_has_neither_the_volume_nor_the_varia
     result, _ = render_team(stack)
     pod = pod_of(result, stack)
     (container,) = pod["spec"]["containers"]
-    assert [v["name"] for v in pod["spec"]["volumes"]] == ["data", "checkpoints"]
+    assert "checkpoint-landing" not in [v["name"] for v in pod["spec"]["volumes"]]
+    assert "/checkpoint-landing" not in [m["mountPath"] for m in container["volumeMounts"]]
     assert not any(e["name"].startswith("AI_STORAGE_CHECKPOINT") for e in container.get("env", []))
 
 
