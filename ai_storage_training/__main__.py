@@ -1,7 +1,15 @@
-"""``python -m ai_storage_training doctor PATH``: see doctor.py."""
+"""``python -m ai_storage_training doctor|pack|stage ...``: doctor.py, pack.py, stage.py."""
 
+import argparse
 import sys
 
-from .doctor import main
+from . import doctor, pack, stage
 
-sys.exit(main())
+if sys.argv[1:2] in (["pack"], ["stage"]):
+    parser = argparse.ArgumentParser(prog="python -m ai_storage_training")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for module in (pack, stage):
+        module.add_parser(commands)
+    args = parser.parse_args()
+    sys.exit(args.run(args))
+sys.exit(doctor.main())

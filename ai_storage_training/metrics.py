@@ -1,7 +1,9 @@
 """The training metrics (the platform's alert rules and dashboards read these names) and their HTTP endpoint.
 
 Every metric lives in prometheus_client's default registry, without labels of its own: Prometheus adds the
-namespace and pod of the training pod it scrapes.
+namespace and pod of the training pod it scrapes. With ``$PROMETHEUS_MULTIPROC_DIR`` set (an empty directory, before
+the process starts) every process, DataLoader workers included, writes its values there and ``serve()`` reports
+their sum (prometheus_client's multiprocess mode).
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import os
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import Counter, Histogram, start_http_server
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, multiprocess, start_http_server
 
 PORT_VARIABLE = "AI_STORAGE_METRICS_PORT"
 DEFAULT_PORT = 9095
@@ -44,5 +46,11 @@ def port_from_environment() -> int:
 def serve(port: int | None = None, addr: str = "0.0.0.0") -> WSGIServer:
     """Serve the metrics over HTTP (``/metrics``) from a daemon thread, on ``port`` (default
     ``$AI_STORAGE_METRICS_PORT`` or 9095); return the server (``shutdown()`` stops it)."""
-    server, _ = start_http_server(port_from_environment() if port is None else port, addr)
+    registry = None
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # every process's values, the workers' too
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+    server, _ = start_http_server(
+        port_from_environment() if port is None else port, addr, registry=registry or REGISTRY
+    )
     return server

@@ -33,98 +33,53 @@ import hashlib
 import json
 import os
 import platform
-import queue
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "tests" / "datapath"), str(REPO / "benchmarks")]  # components, harness
+from datapath_reads import (  # the read side; these names stay importable from here too
+    MB,
+    MIB,
+    PASS_TIMEOUT,
+    REPO,
+    mbps,
+    median_pass,
+    one_cycle,
+    read_files,
+    summarize,
+    write_dataset,
+)
 
-import checkpoint  # noqa: E402
-import harness  # noqa: E402
-import shaped_network  # noqa: E402
-from conftest import generated_config  # noqa: E402  (the swap point)
+# isort: split
+# Importing datapath_reads put the repository and tests/datapath on sys.path.
+import checkpoint
+import harness
+import shaped_network
+from conftest import generated_config  # the swap point
 
-MB = 1e6
-MIB = 1024 * 1024
-PASS_TIMEOUT = 600.0  # a read pass through FUSE that takes longer than this aborts the mount
-
-
-# --------------------------------------------------------------------------------------------------
-# readers
-
-
-def read_files(
-    paths: list[Path],
-    readers: int,
-    read_bytes: int,
-    kind: str = "python",
-    timeout: float | None = None,
-    on_timeout=None,
-) -> tuple[int, float]:
-    """Read every file once with ``readers`` parallel workers; return (bytes, seconds).
-
-    A pass that takes longer than ``timeout`` calls ``on_timeout`` (abort the mount's FUSE connection,
-    so blocked readers fail instead of hanging) and raises.
-
-    ``python``: each worker reads whole files with ``readinto`` of a ``read_bytes`` buffer (like a
-    DataLoader worker reading a sample). ``cat``: each worker runs ``cat FILE > /dev/null``.
-    """
-    work: queue.Queue[Path] = queue.Queue()
-    for p in paths:
-        work.put(p)
-    totals = [0] * readers
-    errors: list[BaseException] = []
-
-    def worker(idx: int) -> None:
-        buf = bytearray(read_bytes)
-        view = memoryview(buf)
-        try:
-            while True:
-                try:
-                    p = work.get_nowait()
-                except queue.Empty:
-                    return
-                if kind == "cat":
-                    subprocess.run(["cat", str(p)], stdout=subprocess.DEVNULL, check=True)
-                    totals[idx] += p.stat().st_size
-                    continue
-                fd = os.open(p, os.O_RDONLY)
-                try:
-                    while n := os.readv(fd, [view]):
-                        totals[idx] += n
-                finally:
-                    os.close(fd)
-        except BaseException as e:
-            errors.append(e)
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(readers)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    deadline = None if timeout is None else t0 + timeout
-    for t in threads:
-        t.join(None if deadline is None else max(0.0, deadline - time.perf_counter()))
-    if any(t.is_alive() for t in threads):
-        if on_timeout:
-            on_timeout()
-        for t in threads:
-            t.join(30)
-        raise harness.HarnessError(f"read pass over {len(paths)} files did not finish within {timeout}s")
-    elapsed = time.perf_counter() - t0
-    if errors:
-        raise errors[0]
-    return sum(totals), elapsed
-
-
-# --------------------------------------------------------------------------------------------------
-# options
+__all__ = [
+    "MB",
+    "MIB",
+    "PASS_TIMEOUT",
+    "REPO",
+    "apply_overrides",
+    "checkpoint_bench",
+    "main",
+    "mbps",
+    "median_pass",
+    "network",
+    "one_cycle",
+    "read_files",
+    "run",
+    "save",
+    "summarize",
+    "table",
+    "write_dataset",
+]
 
 
 def apply_overrides(options: list[str], sets: list[str], unsets: list[str]) -> list[str]:
@@ -141,106 +96,6 @@ def apply_overrides(options: list[str], sets: list[str], unsets: list[str]) -> l
                 del out[i]
         else:
             out.append(entry)
-    return out
-
-
-# --------------------------------------------------------------------------------------------------
-# the run
-
-
-def mbps(nbytes: int, seconds: float) -> float:
-    return round(nbytes / MB / seconds, 1) if seconds > 0 else float("inf")
-
-
-def write_dataset(root: Path, files: int, size: int) -> tuple[int, float]:
-    root.mkdir(parents=True, exist_ok=True)
-    total, elapsed = 0, 0.0
-    for i in range(files):
-        data = os.urandom(size)  # generated outside the timed region
-        t0 = time.perf_counter()
-        with open(root / f"sample-{i:05d}.bin", "wb", buffering=0) as f:
-            view = memoryview(data)
-            for off in range(0, size, 4 * MIB):
-                f.write(view[off : off + 4 * MIB])
-        elapsed += time.perf_counter() - t0  # close() returns after the blocks are uploaded
-        total += size
-    return total, elapsed
-
-
-def one_cycle(
-    stack: harness.Stack,
-    options: list[str],
-    files: list[str],
-    dataset_bytes: int,
-    readers: int,
-    read_bytes: int,
-    kind: str,
-    cycle: int,
-    log,
-    post_start: list[str],
-) -> dict:
-    name = f"read-r{readers}-c{cycle}"
-    cache_root = stack.workdir / f"{name}-cache"
-    shutil.rmtree(cache_root, ignore_errors=True)
-    with stack.mount(options, name=name, cache_root=cache_root) as m:
-        if post_start:  # what the platform's mount pod runs once mounted (the FUSE read-ahead)
-            m.run_post_start(post_start)
-        paths = [m.mountpoint / "dataset" / f for f in files]
-        assert m.cached_bytes() == 0, "the cold pass must start from an empty cache"
-        guard = {"timeout": PASS_TIMEOUT, "on_timeout": lambda: harness.abort_fuse_connection(m.mountpoint)}
-        out: dict = {}
-
-        harness.drop_page_cache()
-        get0 = m.object_get_bytes()
-        n, s = read_files(paths, readers, read_bytes, kind, **guard)
-        out["cold"] = {
-            "bytes": n,
-            "seconds": round(s, 3),
-            "MBps": mbps(n, s),
-            "s3_get_bytes": int(m.object_get_bytes() - get0),
-        }
-
-        t0 = time.perf_counter()
-        cached, refills = m.wait_cached(dataset_bytes, timeout=60), 0
-        while cached < dataset_bytes and refills < 3:
-            # The client drops blocks it cannot queue for the cache disk fast enough (juicefs_blockcache_drops,
-            # seen with 4 cold readers); read again, untimed, to fill the cache before the warm pass.
-            read_files(paths, readers, read_bytes, kind, **guard)
-            cached, refills = m.wait_cached(dataset_bytes, timeout=60), refills + 1
-        out["cache_fill"] = {
-            "cached_bytes": cached,
-            "waited_seconds": round(time.perf_counter() - t0, 2),
-            "dropped_blocks": int(m.metric("juicefs_blockcache_drops")),
-            "refill_passes": refills,
-        }
-        if cached < dataset_bytes:
-            raise harness.HarnessError(f"the cache holds {cached} of {dataset_bytes} bytes after {refills} refills")
-
-        harness.drop_page_cache()
-        get1, hit1 = m.object_get_bytes(), m.metric("juicefs_blockcache_hit_bytes")
-        n, s = read_files(paths, readers, read_bytes, kind, **guard)
-        out["warm"] = {
-            "bytes": n,
-            "seconds": round(s, 3),
-            "MBps": mbps(n, s),
-            "s3_get_bytes": int(m.object_get_bytes() - get1),
-            "cache_hit_bytes": int(m.metric("juicefs_blockcache_hit_bytes") - hit1),
-        }
-        if out["warm"]["s3_get_bytes"]:
-            raise harness.HarnessError(f"the warm pass fetched {out['warm']['s3_get_bytes']} bytes from S3")
-
-        n, s = read_files(paths, readers, read_bytes, kind, **guard)
-        out["hot"] = {"bytes": n, "seconds": round(s, 3), "MBps": mbps(n, s)}
-
-        blocks = m.cache_block_files()
-        harness.drop_page_cache()
-        n, s = read_files(blocks, readers, read_bytes, kind)
-        out["limit"] = {"bytes": n, "files": len(blocks), "seconds": round(s, 3), "MBps": mbps(n, s)}
-    log(
-        f"  readers={readers} cycle={cycle} load={os.getloadavg()[0]:.1f}: "
-        + "  ".join(f"{k} {out[k]['MBps']:.0f}" for k in ("cold", "warm", "hot", "limit"))
-        + " MB/s"
-    )
     return out
 
 
@@ -269,10 +124,6 @@ def checkpoint_bench(stack: harness.Stack, options: list[str], shards: int, shar
     return result
 
 
-def median_pass(cycles: list[dict], key: str) -> float:
-    return round(statistics.median(c[key]["MBps"] for c in cycles), 1)
-
-
 def network(args: argparse.Namespace, mode: str) -> tuple[dict, object]:
     """The run's network record and its object store (None: moto on loopback)."""
     if mode == "loopback":
@@ -281,15 +132,9 @@ def network(args: argparse.Namespace, mode: str) -> tuple[dict, object]:
     return {"mode": "shaped", "rate_mbit": args.rate_mbit, "delay_ms": args.delay_ms}, shaped
 
 
-def run(args: argparse.Namespace, mode: str) -> dict:
-    log = lambda msg: print(msg, flush=True)
-    net, object_store = network(args, mode)
-    log(f"network: {net}")
-    load_before = os.getloadavg()
-    reason = harness.fuse_unavailable_reason()
-    if reason:
-        raise SystemExit(f"FUSE unavailable: {reason}")
-    cfg = generated_config()
+def _options(args: argparse.Namespace, cfg: dict) -> tuple[list[str], list[str], list[str]]:
+    """The run's mount options (generated, or given, with --set/--unset applied), the mount pod's postStart and
+    the extra `juicefs format` options."""
     options = apply_overrides(
         [o.strip() for o in args.mount_options.split(",") if o.strip()]
         if args.mount_options is not None
@@ -299,8 +144,54 @@ def run(args: argparse.Namespace, mode: str) -> dict:
     )
     post_start = [] if args.no_post_start else cfg["mount_pod_post_start"]
     format_options = [o.strip() for o in (args.format_options or "").split(",") if o.strip()]
+    return options, post_start, format_options
+
+
+def _measure(
+    stack: harness.Stack, args: argparse.Namespace, options: list[str], post_start: list[str], log: Callable
+) -> tuple[dict, dict, dict | None]:
+    """Write the dataset, read it per reader count (``--repeat`` cycles each), then the checkpoint save."""
     size = int(args.file_mib * MIB)
     files = [f"sample-{i:05d}.bin" for i in range(args.files)]
+    with stack.mount(options, name="writer") as w:
+        nbytes, secs = write_dataset(w.mountpoint / "dataset", args.files, size)
+    shutil.rmtree(stack.workdir / "writer-cache", ignore_errors=True)  # the data now lives only in S3
+    write = {"bytes": nbytes, "seconds": round(secs, 3), "MBps": mbps(nbytes, secs)}
+    log(f"  write {args.files} x {args.file_mib} MiB: {write['MBps']} MB/s")
+    per_readers = {}
+    for readers in args.readers:
+        read_bytes = args.read_kib * 1024
+        cycles = [
+            one_cycle(stack, options, files, nbytes, readers, read_bytes, args.reader, c, log, post_start)
+            for c in range(args.repeat)
+        ]
+        per_readers[str(readers)] = {"median": summarize(cycles), "cycles": cycles}
+    ckpt = None
+    if args.ckpt_shards:
+        shard_bytes = int(args.ckpt_shard_mib * MIB)
+        ckpt = checkpoint_bench(stack, options, args.ckpt_shards, shard_bytes, args.ckpt_repeat, log)
+    return write, per_readers, ckpt
+
+
+def _remove_unless_mounted(workdir: Path) -> None:
+    with open("/proc/self/mountinfo") as mountinfo:
+        still = [line.split()[4] for line in mountinfo if line.split()[4].startswith(str(workdir))]
+    if still:  # never walk into a mount that may hang: leave the directory
+        print(f"still mounted, not removing {workdir}: {still}", file=sys.stderr)
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, mode: str) -> dict:
+    log = functools.partial(print, flush=True)
+    net, object_store = network(args, mode)
+    log(f"network: {net}")
+    load_before = os.getloadavg()
+    reason = harness.fuse_unavailable_reason()
+    if reason:
+        raise SystemExit(f"FUSE unavailable: {reason}")
+    cfg = generated_config()
+    options, post_start, format_options = _options(args, cfg)
     workdir = Path(tempfile.mkdtemp(prefix="datapath-bench-", dir=args.workdir))
     log(f"mount options: {options}")
     if format_options:
@@ -309,73 +200,24 @@ def run(args: argparse.Namespace, mode: str) -> dict:
         with harness.datapath_stack(
             cfg["redis_conf"], cfg["volume_secret"], workdir, format_options=format_options, object_store=object_store
         ) as stack:
-            with stack.mount(options, name="writer") as w:
-                nbytes, secs = write_dataset(w.mountpoint / "dataset", args.files, size)
-            shutil.rmtree(workdir / "writer-cache", ignore_errors=True)  # the data now lives only in S3
-            write = {"bytes": nbytes, "seconds": round(secs, 3), "MBps": mbps(nbytes, secs)}
-            log(f"  write {args.files} x {args.file_mib} MiB: {write['MBps']} MB/s")
-
-            per_readers = {}
-            for readers in args.readers:
-                cycles = [
-                    one_cycle(
-                        stack,
-                        options,
-                        files,
-                        nbytes,
-                        readers,
-                        args.read_kib * 1024,
-                        args.reader,
-                        c,
-                        log,
-                        post_start,
-                    )
-                    for c in range(args.repeat)
-                ]
-                summary = {k: median_pass(cycles, k) for k in ("cold", "warm", "hot", "limit")}
-                # ratios per cycle (passes seconds apart, so host noise mostly cancels), then the median
-                for c in cycles:
-                    c["warm_over_cold"] = round(c["warm"]["MBps"] / c["cold"]["MBps"], 2)
-                    c["warm_over_limit"] = round(c["warm"]["MBps"] / c["limit"]["MBps"], 2)
-                summary["warm_over_cold"] = round(statistics.median(c["warm_over_cold"] for c in cycles), 2)
-                summary["warm_over_limit"] = round(statistics.median(c["warm_over_limit"] for c in cycles), 2)
-                per_readers[str(readers)] = {"median": summary, "cycles": cycles}
-
-            ckpt = (
-                checkpoint_bench(
-                    stack, options, args.ckpt_shards, int(args.ckpt_shard_mib * MIB), args.ckpt_repeat, log
-                )
-                if args.ckpt_shards
-                else None
-            )
+            write, per_readers, ckpt = _measure(stack, args, options, post_start, log)
     except BaseException:
         print(f"run failed; its logs are kept in {workdir}", file=sys.stderr)
         raise
-    else:
-        still = [line.split()[4] for line in open("/proc/self/mountinfo") if line.split()[4].startswith(str(workdir))]
-        if still:  # never walk into a mount that may hang: leave the directory
-            print(f"still mounted, not removing {workdir}: {still}", file=sys.stderr)
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
-
-    version = harness.run_juicefs(["version"]).stdout.strip()
+    _remove_unless_mounted(workdir)
+    config = {
+        "mount_options": options,
+        "format_options": format_options,
+        **{k: getattr(args, k) for k in ("files", "file_mib", "readers", "reader", "read_kib", "repeat")},
+        "mount_pod_post_start": bool(post_start),
+        "juicefs": harness.run_juicefs(["version"]).stdout.strip(),
+        "kernel": platform.release(),
+        "cpus": os.cpu_count(),
+    }
     return {
         "when": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "network": net,
-        "config": {
-            "mount_options": options,
-            "format_options": format_options,
-            "files": args.files,
-            "file_mib": args.file_mib,
-            "readers": args.readers,
-            "reader": args.reader,
-            "read_kib": args.read_kib,
-            "repeat": args.repeat,
-            "mount_pod_post_start": bool(post_start),
-            "juicefs": version,
-            "kernel": platform.release(),
-            "cpus": os.cpu_count(),
-        },
+        "config": config,
         # this machine is shared: the load average says how quiet it was while measuring
         "loadavg_1m_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
         "write": write,
@@ -405,7 +247,8 @@ def table(label: str, result: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line (see the module docstring)."""
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -461,6 +304,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--label", default="default", help="name of this run in the results file")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "datapath.json")
     ap.add_argument("--no-save", action="store_true", help="print only")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
     args = ap.parse_args(argv)
 
     unknown = set(args.modes) - {"loopback", "shaped"}

@@ -3,7 +3,8 @@
 Per tier throughput (cold: the JuiceFS clients; warm, checkpoint and block: their Ceph pools; hot: TopoLVM
 exports capacity, not I/O), the cache hit ratio and evictions, metadata latency and errors (the JuiceFS
 clients' metadata operations, and Redis), object store requests (the JuiceFS clients, every backend), the
-training jobs as the training library sees them, and the data protection CronJobs.
+training jobs as the training library sees them (with their asynchronous checkpoints), the data protection
+CronJobs and the restore tests.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .alert_rules import STALE_AFTER_RUNS
+from .protection_alerts import STALE_AFTER_RUNS
 
 UID_PREFIX = "ai-storage-"
 REQUESTS = "juicefs_object_request_durations_histogram_seconds_count"
@@ -152,8 +153,8 @@ def metadata_and_objects(window: str) -> dict[str, Any]:
     )
 
 
-def training_and_protection(window: str) -> dict[str, Any]:
-    """Training pods (prefetch, reads, checkpoints) and the data protection CronJobs."""
+def training_and_protection(window: str, checkpoint_window: str) -> dict[str, Any]:
+    """Training pods (prefetch, reads, checkpoints), the data protection CronJobs, and the checkpoints."""
     w = window
     pod = "{{namespace}}/{{pod}}"
     cronjob = "{{namespace}}/{{cronjob}}"
@@ -195,11 +196,65 @@ def training_and_protection(window: str) -> dict[str, Any]:
                 12,
                 26,
             ),
+            *checkpoint_panels(checkpoint_window, 34),
         ],
     )
 
 
-def dashboards(window: str) -> dict[str, str]:
-    """Every dashboard as ``<file name>: <JSON text>`` (the data of its ConfigMap)."""
-    boards = [data_path(window), metadata_and_objects(window), training_and_protection(window)]
+def checkpoint_panels(window: str, y: int) -> list[dict[str, Any]]:
+    """Asynchronous checkpoints per training pod (lag, blocked time, saves in flight, promotion, validation) and
+    the age of each claim's last successful restore test; rates over ``window`` (saves are minutes apart)."""
+    pod, w = "{{namespace}}/{{pod}}", window
+
+    def mean(histogram: str) -> str:
+        return f"rate({histogram}_sum[{w}]) / rate({histogram}_count[{w}])"
+
+    return [
+        row("Checkpoints (asynchronous saves, landing and promotion, restore tests)", y),
+        panel("Checkpoint lag (not yet durable)", {pod: "ai_storage_checkpoint_lag_seconds"}, "s", 0, y + 1),
+        panel(
+            "Checkpoint lag in steps, and saves in flight",
+            {f"steps {pod}": "ai_storage_checkpoint_lag_steps", f"in flight {pod}": "ai_storage_checkpoint_in_flight"},
+            "short",
+            12,
+            y + 1,
+        ),
+        panel(
+            "Time the training loop blocked per save (mean)",
+            {pod: mean("ai_storage_checkpoint_blocked_seconds")},
+            "s",
+            0,
+            y + 9,
+        ),
+        panel(
+            "Promotion to the checkpoint claim: time (mean) and failures",
+            {
+                f"seconds {pod}": mean("ai_storage_checkpoint_promotion_seconds"),
+                f"failures {pod}": f"increase(ai_storage_checkpoint_promotion_failures_total[{w}])",
+            },
+            "short",
+            12,
+            y + 9,
+        ),
+        panel(
+            "Checkpoints refused by validation",
+            {pod: f"increase(ai_storage_checkpoint_validation_failures_total[{w}])"},
+            "short",
+            0,
+            y + 17,
+        ),
+        panel(
+            "Age of the last successful restore test",
+            {"{{namespace}}/{{cronjob}}{{pod}}": "time() - ai_storage:checkpoint_restore_test_last_success_time"},
+            "s",
+            12,
+            y + 17,
+        ),
+    ]
+
+
+def dashboards(window: str, checkpoint_window: str = "1h") -> dict[str, str]:
+    """Every dashboard as ``<file name>: <JSON text>`` (the data of its ConfigMap); checkpoint figures over
+    ``checkpoint_window``."""
+    boards = [data_path(window), metadata_and_objects(window), training_and_protection(window, checkpoint_window)]
     return {f"{b['uid']}.json": json.dumps(b, indent=1, sort_keys=True) for b in boards}

@@ -82,25 +82,45 @@ def _trainer_overrides(job: JobSettings) -> dict[str, Any]:
     return trainer
 
 
-def team_pod(queue: str, uid: int, dataset_claim: str, checkpoint_claim: str, container: dict[str, Any]) -> dict:
+def team_pod(
+    queue: str,
+    uid: int,
+    dataset_claim: str,
+    checkpoint_claim: str,
+    container: dict[str, Any],
+    landing: dict[str, list[dict[str, Any]]] | None = None,
+) -> dict:
     """A training pod of the team: its queue, non-root as ``uid``, the /data and /checkpoints claims mounted in
-    ``container`` (whose root filesystem stays writable: training code writes caches and temporary files)."""
+    ``container`` (whose root filesystem stays writable: training code writes caches and temporary files),
+    and the checkpoint ``landing`` volume, mount and variables (``checkpoints.landing``) when given."""
     mounts, volumes = training.claim_volumes(dataset_claim, checkpoint_claim)
     security = {**kube.restricted_container(uid), "readOnlyRootFilesystem": False}
+    container = {**container, "volumeMounts": mounts, "securityContext": security}
+    if landing and landing["volumes"]:
+        container["env"] = [*container.get("env", []), *landing["env"]]
+        container["volumeMounts"] = [*mounts, *landing["volumeMounts"]]
+        volumes = [*volumes, *landing["volumes"]]
     return {
         "metadata": {"annotations": {volcano.QUEUE_ANNOTATION: queue}},
         "spec": {
-            "securityContext": kube.restricted_pod(uid),
-            "containers": [{**container, "volumeMounts": mounts, "securityContext": security}],
+            "securityContext": {**kube.restricted_pod(uid), **kube.ON_ROOT_MISMATCH},
+            "containers": [container],
             "volumes": volumes,
         },
     }
 
 
-def train_job_spec(job: JobSettings, queue: str, uid: int, dataset_claim: str, checkpoint_claim: str) -> dict:
+def train_job_spec(
+    job: JobSettings,
+    queue: str,
+    uid: int,
+    dataset_claim: str,
+    checkpoint_claim: str,
+    landing: dict[str, list[dict[str, Any]]] | None = None,
+) -> dict:
     """The ``spec`` of the TrainJob: the runtime by name, the trainer overrides, and a patch of the runtime's
-    ``node`` pods with the team's queue, claims and non-root security context."""
-    pod = team_pod(queue, uid, dataset_claim, checkpoint_claim, {"name": training.NODE})
+    ``node`` pods with the team's queue, claims, checkpoint ``landing`` and non-root security context."""
+    pod = team_pod(queue, uid, dataset_claim, checkpoint_claim, {"name": training.NODE}, landing)
     patch = {
         "manager": PATCH_MANAGER,
         "trainingRuntimeSpec": {
@@ -118,9 +138,16 @@ def train_job_spec(job: JobSettings, queue: str, uid: int, dataset_claim: str, c
     return spec
 
 
-def volcano_job_spec(job: JobSettings, queue: str, uid: int, dataset_claim: str, checkpoint_claim: str) -> dict:
+def volcano_job_spec(
+    job: JobSettings,
+    queue: str,
+    uid: int,
+    dataset_claim: str,
+    checkpoint_claim: str,
+    landing: dict[str, list[dict[str, Any]]] | None = None,
+) -> dict:
     """The ``spec`` of the Volcano Job: one task of ``numNodes`` pods, gang-scheduled in the team's queue,
-    restarted as a whole on an evicted or failed pod."""
+    restarted as a whole on an evicted or failed pod; the claims and ``landing`` as for ``team_pod``."""
     nodes = job.num_nodes or 1
     ports, env = training.metrics_port()
     container: dict[str, Any] = {"name": VOLCANO_TASK, "image": job.image, "ports": ports, "env": env}
@@ -131,7 +158,7 @@ def volcano_job_spec(job: JobSettings, queue: str, uid: int, dataset_claim: str,
     if job.resources_per_node:
         resources = job.resources_per_node.spec()
         container["resources"] = {"requests": resources, "limits": resources}
-    pod = team_pod(queue, uid, dataset_claim, checkpoint_claim, container)
+    pod = team_pod(queue, uid, dataset_claim, checkpoint_claim, container, landing)
     pod["metadata"]["labels"] = dict(training.METRICS_LABELS)
     pod["spec"]["restartPolicy"] = "Never"  # Volcano restarts the whole gang, not single pods
     return {

@@ -153,7 +153,7 @@ class Monitoring(pulumi.ComponentResource):
                 "namespace": ns.metadata.name,
                 "labels": {**kube.labels("grafana", "dashboards"), **s.dashboard_labels},
             },
-            data=dashboards(s.rules.window),
+            data=dashboards(s.rules.window, s.rules.checkpoint_window),
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.rules = rules.metadata["name"]

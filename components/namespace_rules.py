@@ -11,10 +11,22 @@ stack).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
+from .acceptance import AcceptanceSettings
+from .ceph import RookCephSettings
+from .fluid import FluidSettings
+from .juicefs import JuiceFSSettings
+from .local_nvme import LocalNVMeSettings
+from .metadata_engine import MetadataSettings
+from .monitoring import MonitoringSettings
+from .network_policies import NetworkPolicySettings
+from .object_store import ObjectStoreSettings
 from .sections import Problem, Section
+from .training import TrainingSettings
+from .volcano import VolcanoSettings
 
 KUBERNETES_RESERVED = ("default", "kube-system", "kube-public", "kube-node-lease")
 """Namespaces every cluster has; any other ``kube-`` name is reserved for Kubernetes too."""
@@ -36,6 +48,31 @@ def namespace_settings(settings: Section, at: str = "") -> dict[str, str]:
             if isinstance(item, Section):
                 inner = namespace_settings(item, f"{key}[{i}]." if isinstance(value, list) else f"{key}.")
                 found = {**inner, **found}
+    return found
+
+
+PLATFORM_SECTIONS: dict[str, type[Section]] = {
+    "objectStore": ObjectStoreSettings,
+    "metadata": MetadataSettings,
+    "juicefs": JuiceFSSettings,
+    "rookCeph": RookCephSettings,
+    "localNvme": LocalNVMeSettings,
+    "acceptance": AcceptanceSettings,
+    "volcano": VolcanoSettings,
+    "training": TrainingSettings,
+    "fluid": FluidSettings,
+    "monitoring": MonitoringSettings,
+    "networkPolicies": NetworkPolicySettings,
+}
+"""The sections of a platform stack's settings that name namespaces (the settings tree sits above this module)."""
+
+
+@functools.cache
+def platform_defaults() -> dict[str, str]:
+    """The namespaces a platform stack uses or trusts with its default settings, each with its key."""
+    found: dict[str, str] = {}
+    for key, section in PLATFORM_SECTIONS.items():
+        found = {**namespace_settings(section(), f"{key}."), **found}
     return found
 
 

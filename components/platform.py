@@ -264,5 +264,6 @@ class Platform(pulumi.ComponentResource):
                 s.cluster.protect_stateful_resources,
                 s.checkpoints,
                 offsite,
+                s.tiers.name_prefix,
             )
             Training(f"{name}-training", args, child)

@@ -30,7 +30,7 @@ from .network_policies import NetworkPolicySettings
 from .node_storage import NodeStorageSettings
 from .object_store import ObjectStoreSettings
 from .rook_ceph import RookCephSettings
-from .sections import Problem, ResourceRef, Section, SettingsError, validate
+from .sections import Problem, ResourceRef, Section, SettingsError, merge, validate
 from .storage_tiers import TIERS, TiersSettings
 from .tenants import TeamsSettings, team_problems
 from .training import TrainingSettings
@@ -213,6 +213,10 @@ class PlatformSettings(Section):
             found.append(
                 Problem("tiers.checkpoint", "expected a backend", "none", "training's checkpoint claim uses this tier")
             )
+        landing = [i for i, r in enumerate(t.runtimes if t.enabled else []) if r.checkpoint_landing.enabled]
+        if landing and self.tiers.hot == "none":
+            key, expected = f"training.runtimes[{landing[0]}].checkpointLanding.enabled", "expected a hot tier"
+            found.append(Problem(key, expected, True, "the landing volume is on the hot tier: set tiers.hot"))
         snapshots = self.rook_ceph.enabled and self.rook_ceph.snapshot_classes
         if t.enabled and self.checkpoints.snapshots.enabled and not (self.tiers.checkpoint == "cephfs" and snapshots):
             found.append(
@@ -234,6 +238,10 @@ class PlatformSettings(Section):
             for i, runtime in enumerate(t.runtimes if t.enabled else [])
             if runtime.queue not in queues
         ]
+        for i, runtime in enumerate(t.runtimes if t.enabled and self.tiers.hot == "none" else []):
+            if runtime.staging.enabled:
+                key, hint = f"training.runtimes[{i}].staging.enabled", "it stages onto a volume of the hot tier's class"
+                found.append(Problem(key, "expected a backend for tiers.hot", True, hint))
         found += [
             Problem(
                 f"fluid.datasets[{i}].runtime",
@@ -292,17 +300,6 @@ class PlatformSettings(Section):
                 owned["localNvme.certManager"] = self.local_nvme.cert_manager_namespace
         teams = {f"teams.workspaces[{i}]": t.namespace_name for i, t in enumerate(self.teams.workspaces)}
         return {**owned, **self.scheduling_namespaces(), **teams}
-
-
-def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    """Deep-merge two settings mappings: mappings merge key by key, anything else is replaced."""
-    out = dict(base)
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = merge(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 def profiles() -> list[str]:

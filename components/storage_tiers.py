@@ -1,7 +1,8 @@
 """StorageTiers: the StorageClasses a training job asks for by tier, never by backend.
 
 Each backend component (JuiceFS, RookCeph, LocalNVMe) describes what it contributes to a tier as a
-``TierClass``; this component turns the stack's tier-to-backend map into StorageClasses named after the tiers.
+``TierClass``; this component turns the stack's tier-to-backend map into StorageClasses named after the tiers,
+each annotated with what its tier was sized for (``decision_records``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field
 
+from .decision_records import TierDecisions, record_annotations
 from .sections import Problem, Section
 
 Tier = Literal["hot", "warm", "cold", "checkpoint", "block"]
@@ -46,6 +48,8 @@ class TiersSettings(Section):
     """What happens to a block volume when its claim is deleted."""
     default_tier: Tier | None = None
     """Tier marked as the cluster's default StorageClass; unset leaves the cluster default alone."""
+    decisions: TierDecisions = TierDecisions()
+    """What each tier was sized for (the design's decision record), annotated on its StorageClass (docs/tiers.md)."""
 
     def problems(self) -> list[Problem]:
         """The default tier has a backend."""
@@ -116,6 +120,7 @@ class StorageTiers(pulumi.ComponentResource):
                 annotations["storageclass.kubernetes.io/is-default-class"] = "true"
             if spec.snapshot_class:
                 annotations["ai-storage-platform/snapshot-class"] = spec.snapshot_class
+            annotations.update(record_annotations(getattr(s.decisions, tier)))
             sc = k8s.storage.v1.StorageClass(
                 f"{name}-{tier}",
                 metadata={"name": class_name(s, tier), "annotations": annotations},

@@ -3,15 +3,16 @@
 The platform stack (``tenants``, settings ``teams.workspaces``) creates the team's namespace with its quotas,
 its Volcano Queue, its read-only dataset claims and writable space, and what offsite copies need; this
 component creates the team's own claims (a cold-tier dataset, or nothing when it mounts a shared dataset the
-platform vended), a checkpoint-tier claim with scheduled snapshots and offsite copies (``checkpoints``), and a
-training job: a Kubeflow TrainJob or a Volcano Job (``jobs``). It holds no key of the platform and reads no
-output of the platform's stack: the offsite copies use the ServiceAccount, ConfigMap and Secret the platform
-delivered into the namespace, by their documented names (``tenants``).
+platform vended), a checkpoint-tier claim with scheduled snapshots, offsite copies (``checkpoints``) and restore
+tests (``checkpoint_restore``), and a training job: a Kubeflow TrainJob or a Volcano Job (``jobs``), optionally
+with a node-local checkpoint landing volume on the hot tier. The job saves under ``/checkpoints/<job name>``. It
+holds no key of the platform and reads no output of the platform's stack: the offsite copies use the
+ServiceAccount, ConfigMap and Secret the platform delivered into the namespace, by their documented names
+(``tenants``).
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -21,20 +22,22 @@ import pulumi_kubernetes as k8s
 from pydantic import Field
 
 from . import tenants
-from .checkpoints import CheckpointProtection, DeliveredOffsite, checkpoint_claim, protect_checkpoints
+from .checkpoint_restore import RestoreTestSettings, schedule_restore_test
+from .checkpoints import (
+    CheckpointProtection,
+    DeliveredOffsite,
+    LandingSettings,
+    checkpoint_claim,
+    landing,
+    protect_checkpoints,
+)
 from .common import kube
 from .jobs import JobSettings, train_job_spec, volcano_job_spec
-from .namespace_rules import namespace_problem, namespace_settings
+from .namespace_rules import namespace_problem, platform_defaults
 from .sections import DnsLabel, Problem, Quantity, Section, validate
-from .settings import PlatformSettings
+from .staging import StagingSettings, stage_into
 from .storage_tiers import NAME_PREFIX
-
-
-@functools.cache
-def platform_defaults() -> dict[str, str]:
-    """The namespaces a platform stack uses or trusts with its default settings, each with its key."""
-    return namespace_settings(PlatformSettings())
-
+from .training import CHECKPOINT_PATH
 
 DELIVERED = DeliveredOffsite(tenants.OFFSITE_ACCOUNT, tenants.OFFSITE_TARGET, tenants.OFFSITE_CREDENTIALS)
 """What the platform delivers into a team's namespace for its offsite copies."""
@@ -60,7 +63,8 @@ class WorkspaceSettings(Section):
     run_as_user: int = Field(kube.UID, ge=1, le=2147483647)
     """UID, GID and fsGroup the training pods run as (non-root, for the restricted standard)."""
     tier_prefix: str = Field("", pattern=NAME_PREFIX)
-    """The platform's `tiers.namePrefix`: the claims use the `<prefix>cold` and `<prefix>checkpoint` classes."""
+    """The platform's `tiers.namePrefix`: the claims use the `<prefix>cold`, `<prefix>checkpoint` and `<prefix>hot`
+    classes."""
     protect: bool = False
     """Protect and retain the dataset and checkpoint claims (a `pulumi destroy` keeps the data)."""
 
@@ -78,6 +82,10 @@ class CheckpointSettings(CheckpointProtection):
     """Name of the claim."""
     size: Quantity = "100Gi"
     """Requested size of the claim."""
+    landing: LandingSettings = LandingSettings()
+    """A node-local volume of the hot tier in each training pod that checkpoints land on first."""
+    restore_test: RestoreTestSettings = RestoreTestSettings()
+    """A scheduled restore test of the newest checkpoint of the job (`/checkpoints/<job name>`)."""
 
 
 class TeamSettings(Section):
@@ -93,24 +101,55 @@ class TeamSettings(Section):
     """Claim on the checkpoint tier, its snapshots and offsite copies."""
     job: JobSettings = JobSettings()
     """The training job (TrainJob or Volcano Job)."""
+    staging: StagingSettings = StagingSettings()
+    """Stage a dataset version onto a node-local hot-tier volume before training (`job.kind: volcano`)."""
 
     @property
     def queue_name(self) -> str:
         """The Queue the job runs in."""
         return self.queue or self.workspace.namespace
 
+    @property
+    def checkpoint_dir(self) -> str:
+        """Where the job keeps its durable checkpoints (on the checkpoint claim)."""
+        return f"{CHECKPOINT_PATH}/{self.job.name}"
+
     def problems(self) -> list[Problem]:
-        """The dataset and the checkpoints are two claims."""
+        """The dataset and the checkpoints are two claims; a restore test needs an image; staging's rules
+        (``_staging_problems``)."""
+        found = []
         if self.checkpoint.claim == self.dataset.name:
-            return [
+            found.append(
                 Problem(
                     "checkpoint.claim",
                     "expected a claim name other than dataset.name",
                     self.checkpoint.claim,
                     "the dataset and the checkpoints are two claims in one namespace",
                 )
-            ]
-        return []
+            )
+        test = self.checkpoint.restore_test
+        if test.enabled and test.image is None and self.job.image is None:
+            expected = "expected an image (or job.image) with restoreTest.enabled"
+            found.append(Problem("checkpoint.restoreTest.image", expected, None, "the test runs the job's image"))
+        return found + self._staging_problems()
+
+    def _staging_problems(self) -> list[Problem]:
+        """Staging needs a job whose pods can get an init container, and a hot claim of its own."""
+        found = []
+        st = self.staging
+        if st.enabled and self.job.kind != "volcano":
+            hint = (
+                "a TrainJob's runtime patches can set only the env, mounts and securityContext of the runtime's own "
+                "init containers (Trainer v2.3), not add one; use job.kind: volcano, or a platform runtime that "
+                "stages (training.runtimes[].staging)"
+            )
+            found.append(Problem("staging.enabled", "expected job.kind: volcano", True, hint))
+        if st.claim is not None and st.claim in (self.dataset.name, self.checkpoint.claim):
+            expected = "expected a claim other than dataset.name and checkpoint.claim"
+            found.append(
+                Problem("staging.claim", expected, st.claim, "the staged copy needs a hot-tier claim of its own")
+            )
+        return found
 
 
 def load_team_settings(config: Mapping[str, Any]) -> TeamSettings:
@@ -160,6 +199,12 @@ class TeamWorkspace(pulumi.ComponentResource):
         protect_checkpoints(
             f"{name}-checkpoints", s.checkpoint.claim, w.namespace, s.checkpoint, DELIVERED, self, [checkpoints]
         )
+        test = s.checkpoint.restore_test
+        if test.enabled:
+            image = test.image or s.job.image
+            assert image is not None  # TeamSettings.problems
+            where = (s.checkpoint.claim, w.namespace, s.checkpoint_dir)
+            schedule_restore_test(f"{name}-checkpoints", *where, image, test, w.run_as_user, self, [checkpoints])
         after = [checkpoints, *([dataset] if dataset else [])]
         self.train_job = self._job(name, s, after) if s.job.enabled else None
         self.register_outputs(
@@ -175,14 +220,14 @@ class TeamWorkspace(pulumi.ComponentResource):
     def _job(self, name: str, s: TeamSettings, after: list[pulumi.Resource]) -> pulumi.Output[str]:
         """The training job: a TrainJob on a platform runtime, or a Volcano Job."""
         uid, claims = s.workspace.run_as_user, (s.dataset.name, s.checkpoint.claim)
+        local = landing(s.checkpoint.landing, f"{s.workspace.tier_prefix}hot", s.checkpoint_dir)
         if s.job.kind == "volcano":
-            api, kind, spec = "batch.volcano.sh/v1alpha1", "Job", volcano_job_spec(s.job, s.queue_name, uid, *claims)
+            api, kind = "batch.volcano.sh/v1alpha1", "Job"
+            spec = volcano_job_spec(s.job, s.queue_name, uid, *claims, local)
+            _stage_dataset(spec, s)
         else:
-            api, kind, spec = (
-                "trainer.kubeflow.org/v1alpha1",
-                "TrainJob",
-                train_job_spec(s.job, s.queue_name, uid, *claims),
-            )
+            api, kind = "trainer.kubeflow.org/v1alpha1", "TrainJob"
+            spec = train_job_spec(s.job, s.queue_name, uid, *claims, local)
         job = k8s.apiextensions.CustomResource(
             f"{name}-trainjob" if kind == "TrainJob" else f"{name}-volcano-job",
             api_version=api,
@@ -212,3 +257,10 @@ class TeamWorkspace(pulumi.ComponentResource):
             },
             opts=kube.stateful(self, w.protect),
         )
+
+
+def _stage_dataset(volcano_spec: dict[str, Any], s: TeamSettings) -> None:
+    """With `staging.enabled`, the Volcano Job's pods stage the dataset version first (module ``staging``)."""
+    if s.staging.enabled and s.job.image:
+        (task,) = volcano_spec["tasks"]
+        stage_into(task["template"]["spec"], s.staging, s.job.image, s.workspace.run_as_user, s.workspace.tier_prefix)

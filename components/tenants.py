@@ -37,7 +37,7 @@ from .fluid_dataset import DatasetSettings
 from .juicefs import JuiceFS
 from .object_store import ObjectStore
 from .quotas import TEAM_LABEL, QuotaSettings, limit_range_spec, over_quota, quota_spec
-from .sections import DnsLabel, Problem, Quantity, Section
+from .sections import DnsLabel, Problem, Quantity, Section, merge
 
 OFFSITE_ACCOUNT = "offsite"
 """ServiceAccount the team's offsite copies run as (annotated with the team's IAM role under IRSA)."""
@@ -121,8 +121,6 @@ class TeamsSettings(Section):
         base = data.get("quota", {})
         if not isinstance(base, Mapping):
             return data  # reported at teams.quota
-        from .settings import merge  # settings imports this module
-
         base = merge(QuotaSettings().model_dump(by_alias=True), base)
         workspaces = [
             {**w, "quota": merge(base, w.get("quota", {}))}

@@ -29,11 +29,10 @@ from . import checkpoints
 from .checkpoints import CheckpointProtection, OffsiteTarget, protect_checkpoints
 from .common import kube, versions
 from .sections import ControllerSettings, DnsLabel, PinnedImage, Problem, Quantity, Section
+from .staging import DATA_PATH, DATA_VOLUME, StagingSettings, stage_into
 from .volcano import QUEUE_ANNOTATION, SCHEDULER_NAME
 
-DATA_PATH = "/data"
 CHECKPOINT_PATH = "/checkpoints"
-DATA_VOLUME = "data"
 CHECKPOINT_VOLUME = "checkpoints"
 NODE = "node"
 """Name of the trainer's replicated job and of its container (Trainer v2's `node`)."""
@@ -70,6 +69,19 @@ class RuntimeSettings(Section):
     """Trainer image, pinned by tag or digest; TrainJobs usually override it."""
     dataset_claim: DnsLabel
     """PVC mounted read-only at `/data` (a Fluid dataset's claim carries the dataset's name)."""
+    checkpoint_landing: checkpoints.LandingSettings = checkpoints.LandingSettings()
+    """A node-local landing volume of the hot tier in each pod, for checkpoints promoted to `/checkpoints`."""
+    staging: StagingSettings = StagingSettings()
+    """Stage a dataset version onto a node-local hot-tier volume before the pods train (an init container running
+    `image`, which must hold the training library; `source` is under the claim the TrainJob mounts at `/data`)."""
+
+    def problems(self) -> list[Problem]:
+        """The init container runs the runtime's image: it must be one with the training library."""
+        if self.staging.enabled and self.image == versions.TORCH_RUNTIME_IMAGE:
+            hint = "the stage-dataset init container runs `python -m ai_storage_training stage` in this image"
+            expected = "expected an image with the training library (ai_storage_training) with staging.enabled"
+            return [Problem("image", expected, self.image, hint)]
+        return []
 
 
 class TrainingSettings(Section):
@@ -149,18 +161,29 @@ def metrics_port() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 
 def runtime_spec(
-    runtime: RuntimeSettings, checkpoint_claim: str, pod_labels: dict[str, str] | None = None
+    runtime: RuntimeSettings, checkpoint_claim: str, pod_labels: dict[str, str] | None = None, tier_prefix: str = ""
 ) -> dict[str, Any]:
     """The ``spec`` of a ClusterTrainingRuntime wired to Volcano, with the /data and /checkpoints mounts, its
-    pods labelled and its container's port declared for the training metrics' PodMonitor."""
+    pods labelled and its container's port declared for the training metrics' PodMonitor (and, with
+    ``staging.enabled``, the dataset staged onto a ``<tier_prefix>hot`` volume first: ``staging``; with
+    ``checkpointLanding.enabled``, a checkpoint landing volume of that class: ``checkpoints.landing``)."""
     queue = {QUEUE_ANNOTATION: runtime.queue}
     mounts, volumes = claim_volumes(runtime.dataset_claim, checkpoint_claim)
     ports, env = metrics_port()
+    local = checkpoints.landing(runtime.checkpoint_landing, f"{tier_prefix}hot", CHECKPOINT_PATH)
+    mounts, volumes, env = mounts + local["volumeMounts"], volumes + local["volumes"], env + local["env"]
     container = {"name": NODE, "image": runtime.image, "ports": ports, "env": env, "volumeMounts": mounts}
-    pod = {
+    pod: dict[str, Any] = {
         "metadata": {"annotations": queue, "labels": {**METRICS_LABELS, **(pod_labels or {})}},
-        "spec": {"schedulerName": SCHEDULER_NAME, "containers": [container], "volumes": volumes},
+        "spec": {
+            "schedulerName": SCHEDULER_NAME,
+            "securityContext": dict(kube.ON_ROOT_MISMATCH),
+            "containers": [container],
+            "volumes": volumes,
+        },
     }
+    if runtime.staging.enabled:
+        stage_into(pod["spec"], runtime.staging, runtime.image, kube.UID, tier_prefix)
     return {
         "mlPolicy": {"numNodes": runtime.num_nodes, "torch": {}},
         "podGroupPolicy": {"volcano": {}},
@@ -233,6 +256,8 @@ class TrainingArgs:
     """Snapshots and offsite copies of the checkpoint claim (none: neither)."""
     offsite: OffsiteTarget | None = None
     """The bucket offsite copies go to."""
+    tier_prefix: str = ""
+    """The tiers' StorageClass name prefix (runtimes that stage use the `<prefix>hot` class)."""
 
 
 class Training(pulumi.ComponentResource):
@@ -295,7 +320,7 @@ class Training(pulumi.ComponentResource):
             api_version="trainer.kubeflow.org/v1alpha1",
             kind="ClusterTrainingRuntime",
             metadata={"name": runtime.name, "labels": kube.labels("kubeflow-trainer", "runtime")},
-            spec=runtime_spec(runtime, args.settings.checkpoint_claim, labels),
+            spec=runtime_spec(runtime, args.settings.checkpoint_claim, labels, args.tier_prefix),
             opts=pulumi.ResourceOptions(parent=self, depends_on=after),
         )
         return cr.metadata["name"]

@@ -98,6 +98,10 @@ def restricted_pod(uid: int) -> dict[str, Any]:
     }
 
 
+ON_ROOT_MISMATCH = {"fsGroupChangePolicy": "OnRootMismatch"}
+"""Pod securityContext fields of a pod that mounts the checkpoint tier: the kubelet changes the volume's ownership
+only when its root's differs, instead of re-chowning every file of the checkpoint history at each pod start
+(CephFS), so start time does not grow with the history."""
 TMP_VOLUME = {"name": "tmp", "emptyDir": {}}
 """Scratch space for a container whose root filesystem is read-only."""
 TMP_MOUNT = {"name": "tmp", "mountPath": "/tmp"}

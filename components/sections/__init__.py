@@ -4,6 +4,7 @@ Component modules define their own sections on top of it; it imports none of the
 
 from .base import ControllerSettings, Resources, Section
 from .fields import Cron, DnsLabel, PinnedImage, Quantity, Regex, ResourceRef, Window
+from .layers import merge
 from .problems import Problem, SettingsError
 from .reference import leaf_keys, reference
 from .validation import CONFIG_DOCS, rule_problems, validate
@@ -23,6 +24,7 @@ __all__ = [
     "SettingsError",
     "Window",
     "leaf_keys",
+    "merge",
     "reference",
     "rule_problems",
     "validate",

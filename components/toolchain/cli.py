@@ -71,8 +71,15 @@ def parser() -> tuple[Parser, dict[str, Parser]]:
         help="Pulumi project whose git refs are rendered and whose stack files acknowledge replacements "
         "(default: this repository)",
     )
-    docs_cmd = commands.add_parser("docs", help="write the configuration reference (docs/config.md)")
-    docs_cmd.add_argument("--out", type=output_file, default=Path("docs/config.md"), help="where to write it")
+    docs_cmd = commands.add_parser(
+        "docs", help="write the configuration reference (docs/config.md) and the tiers' records (docs/tiers.md)"
+    )
+    docs_cmd.add_argument(
+        "--out", type=output_file, default=Path("docs/config.md"), help="where to write the reference"
+    )
+    docs_cmd.add_argument(
+        "--tiers-out", type=output_file, default=Path("docs/tiers.md"), help="where to write the records"
+    )
     return parser, {"render": render_cmd, "diff": diff_cmd, "docs": docs_cmd}
 
 
@@ -83,10 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     top, parsers = parser()
     args = top.parse_args(argv)
     if args.command == "docs":
-        with replaced(args.out) as new:
-            new.write_text(config_reference())
-        print(f"wrote {args.out}")
-        return 0
+        return docs(args)
     if args.command == "diff":
         return diff(args, parsers["diff"])
     return render_stack(args, parsers["render"])
@@ -113,6 +117,18 @@ def render_stack(args: argparse.Namespace, parser: Parser) -> int:
         render.write(result, new)
     print(render.summary(result))
     print(f"wrote {out_dir}")
+    return 0
+
+
+def docs(args: argparse.Namespace) -> int:
+    """Write the configuration reference and the tiers' decision records (each whole, or not at all)."""
+    from .tiers_page import tiers_page
+
+    with replaced(args.out) as new:
+        new.write_text(config_reference())
+    with replaced(args.tiers_out) as new:
+        new.write_text(tiers_page())
+    print(f"wrote {args.out} and {args.tiers_out}")
     return 0
 
 

@@ -7,8 +7,9 @@ import socket
 import subprocess
 import sys
 
-from ai_storage_training import CheckpointManager
 from components.render import ROOT
+
+from ai_storage_training import CheckpointManager
 
 TRAIN = ROOT / "examples" / "team-training" / "train.py"
 

@@ -15,7 +15,9 @@ import pytest
 import yaml
 
 from components.alert_rules import PROTECTION, AlertThresholds, RuleSettings, Threshold, rule_groups
+from components.alert_settings import seconds as duration_seconds
 from components.dashboards import dashboards
+from components.protection_alerts import RESTORE_TEST
 from components.sections import SettingsError
 from components.settings import load_settings
 from components.toolchain import render
@@ -76,12 +78,14 @@ def cases(t: AlertThresholds) -> dict[str, list[tuple[dict[str, str], dict[str, 
         t.cache_evictions_per_second,
         t.metadata_memory_percent,
     )
-    prefetch, save, restore, failed = (
+    prefetch, save, restore, failed, lag = (
         t.prefetch_hit_ratio_percent,
         t.checkpoint_save_seconds,
         t.checkpoint_restore_seconds,
         t.checkpoint_save_failure_percent,
+        t.checkpoint_lag_intervals,
     )
+    interval = SETTINGS.checkpoint_interval
     mount = 'mp="/{}",vol_name="v"'
 
     def between(a: float, b: float) -> float:
@@ -148,7 +152,45 @@ def cases(t: AlertThresholds) -> dict[str, list[tuple[dict[str, str], dict[str, 
             f"ai_storage_checkpoint_save_seconds_count{{{p}}}": counter(100 - share[case]),
         }
         out.setdefault("CheckpointSaveFailures", []).append((series, pod, severities))
+        # Lag in checkpoint intervals: the "ok" lag is above the level in seconds, so ignoring the interval fires.
+        intervals = {"ok": lag.warning / 2, "warn": between(lag.warning, lag.critical), "crit": lag.critical * 2}
+        series = {f"ai_storage_checkpoint_lag_seconds{{{p}}}": gauge(intervals[case] * duration_seconds(interval))}
+        out.setdefault("CheckpointLagHigh", []).append((series, pod, severities))
+    out["CheckpointRestoreTestOverdue"] = restore_test_cases(t.restore_test_age_hours)
     return out
+
+
+RESTORE_TEST_CRONJOB = "checkpoints-restore-test"
+
+
+def restore_test_cases(age: Threshold) -> list[tuple[dict[str, str], dict[str, str], list[str]]]:
+    """Restore tests whose last success (a team's CronJob, or a training job's report) is recent, between the
+    levels, or older than critical; a job that never reported one (0) and another CronJob stay silent."""
+    now, hour = MINUTES * 60, 3600
+
+    def succeeded(namespace: str, hours_ago: float | None, created_hours_ago: float = 0) -> dict[str, str]:
+        labels = f'namespace="{namespace}",cronjob="{RESTORE_TEST_CRONJOB}"'
+        series = {f"kube_cronjob_created{{{labels}}}": gauge(now - created_hours_ago * hour)}
+        if hours_ago is not None:
+            series[f"kube_cronjob_status_last_successful_time{{{labels}}}"] = gauge(now - hours_ago * hour)
+        return series
+
+    reported = "ai_storage_checkpoint_restore_test_timestamp_seconds"
+    quiet = {
+        **succeeded("fresh", age.warning / 2, age.critical * 2),
+        **cronjob(OTHER_CRONJOB, "other", now - age.critical * 2 * hour, now - INTERVAL),
+        f'{reported}{{namespace="team",pod="recent"}}': gauge(now - age.warning / 2 * hour),
+        f'{reported}{{namespace="team",pod="never"}}': gauge(0),
+    }
+    warn = succeeded("warn", (age.warning + age.critical) / 2, age.critical * 2)
+    never = succeeded("never", None, age.critical * 2)
+    crit = {f'{reported}{{namespace="team",pod="old"}}': gauge(now - age.critical * 2 * hour)}
+    return [
+        (quiet, {}, []),
+        (warn, {"namespace": "warn", "cronjob": RESTORE_TEST_CRONJOB}, ["warning"]),
+        (never, {"namespace": "never", "cronjob": RESTORE_TEST_CRONJOB}, ["warning", "critical"]),
+        (crit, {"namespace": "team", "pod": "old"}, ["warning", "critical"]),
+    ]
 
 
 def single(alert: str, firing: dict[str, str], quiet: dict[str, str], labels: dict[str, str], severity: str):
@@ -301,15 +343,22 @@ def protection_cases() -> list[tuple[str, list[tuple[dict[str, str], dict[str, s
                 ],
             )
         )
-        quiet = {
-            **cronjob(name, "recovered", 1800, 1800),
-            **failed_run(name, "recovered", 1200),
-            **cronjob(OTHER_CRONJOB, "other", 600, 1200),
-            **failed_run(OTHER_CRONJOB, "other", 1200),
-        }
-        failing = {**cronjob(name, "failing", 600, 1200), **failed_run(name, "failing", 1200)}
-        out.append((f"{prefix}Failed", [(quiet, {}, []), (failing, failed_labels, ["warning"])]))
+        out.append((f"{prefix}Failed", failed_cases(name, failed_labels)))
+    out.append(("CheckpointRestoreTestFailed", failed_cases(RESTORE_TEST_CRONJOB, failed_labels)))
     return out
+
+
+def failed_cases(name: str, labels: dict[str, str]) -> list[tuple[dict[str, str], dict[str, str], list[str]]]:
+    """A CronJob ``name`` that failed after its last success (fires), one that succeeded after its failure and
+    another CronJob that failed (silent)."""
+    quiet = {
+        **cronjob(name, "recovered", 1800, 1800),
+        **failed_run(name, "recovered", 1200),
+        **cronjob(OTHER_CRONJOB, "other", 600, 1200),
+        **failed_run(OTHER_CRONJOB, "other", 1200),
+    }
+    failing = {**cronjob(name, "failing", 600, 1200), **failed_run(name, "failing", 1200)}
+    return [(quiet, {}, []), (failing, {**labels, "namespace": "failing", "cronjob": name}, ["warning"])]
 
 
 def expected_alerts(alert: str, labels: dict[str, str], severities: list[str]) -> list[dict[str, Any]]:
@@ -367,6 +416,21 @@ def test_thresholds_are_settings_and_a_critical_level_must_be_the_worse_one():
         ({"namespace": "Monitoring"}, "monitoring.namespace", "DNS label"),
         ({"selectorLabels": ["release"]}, "monitoring.selectorLabels", "mapping"),
         ({"rules": {"thresholds": {"readThroughputMbS": {"warning": "fast"}}}}, "warning", "number"),
+        (
+            {"rules": {"checkpointInterval": "15 minutes"}},
+            "monitoring.rules.checkpointInterval",
+            "expected a positive duration",
+        ),
+        (
+            {"rules": {"thresholds": {"checkpointLagIntervals": {"warning": 4, "critical": 2}}}},
+            "monitoring.rules.thresholds.checkpointLagIntervals.critical",
+            "expected critical above warning (4)",
+        ),
+        (
+            {"rules": {"thresholds": {"restoreTestAgeHours": {"warning": -1, "critical": 2}}}},
+            "monitoring.rules.thresholds.restoreTestAgeHours.warning",
+            "expected a number >= 0",
+        ),
     ],
 )
 def test_bad_monitoring_settings_are_rejected_with_key_and_hint(config, key, expected):
@@ -386,12 +450,14 @@ def test_the_protection_alerts_select_each_protection_cronjob_a_stack_renders():
 
 
 PROTECTION_KINDS = {
-    "-offsite": "CheckpointOffsite",
-    "-snapshots": "CheckpointSnapshots",
-    "-metadata-backup": "MetadataBackup",
+    "-offsite": ("CheckpointOffsiteStale", STALE_AFTER + 60, ["critical"]),
+    "-snapshots": ("CheckpointSnapshotsStale", STALE_AFTER + 60, ["critical"]),
+    "-metadata-backup": ("MetadataBackupStale", STALE_AFTER + 60, ["critical"]),
+    "-restore-test": ("CheckpointRestoreTestOverdue", 200 * 3600, ["warning", "critical"]),
 }
 """What each CronJob the platform or a team makes protects, by the end of its name (restated here, not read from
-the rules): every one must be watched by its kind's Stale alert, wherever it runs and whatever its claim's name."""
+the rules), the alert that must watch it wherever it runs and whatever its claim's name, and how long ago a last
+success makes that alert fire (past two intervals; restore tests: past 48 h and 168 h)."""
 
 
 def cronjobs(result: render.Rendering) -> list[tuple[str, str]]:
@@ -416,8 +482,9 @@ def test_every_cronjob_a_stack_or_a_team_makes_is_watched_by_a_stale_alert(promt
     for namespace, name in every:
         kind = next((k for suffix, k in PROTECTION_KINDS.items() if name.endswith(suffix)), None)
         assert kind, f"CronJob {namespace}/{name} protects nothing a staleness alert knows of"
-        kinds.add(kind)
-        series = cronjob(name, namespace, now - STALE_AFTER - 60, now - INTERVAL)
+        alert, age, severities = kind
+        kinds.add(alert)
+        series = cronjob(name, namespace, now - age, now - INTERVAL)
         tests.append(
             {
                 "name": f"{namespace}/{name}",
@@ -426,20 +493,29 @@ def test_every_cronjob_a_stack_or_a_team_makes_is_watched_by_a_stale_alert(promt
                 "alert_rule_test": [
                     {
                         "eval_time": f"{MINUTES}m",
-                        "alertname": f"{kind}Stale",
-                        "exp_alerts": expected_alerts(
-                            f"{kind}Stale", {"namespace": namespace, "cronjob": name}, ["critical"]
-                        ),
+                        "alertname": alert,
+                        "exp_alerts": expected_alerts(alert, {"namespace": namespace, "cronjob": name}, severities),
                     }
                 ],
             }
         )
-    assert kinds == set(PROTECTION_KINDS.values())
+    assert kinds == {alert for alert, _, _ in PROTECTION_KINDS.values()}
     rules = rule_file(tmp_path)
     spec = tmp_path / "tests.yml"
     spec.write_text(yaml.safe_dump({"rule_files": [rules.name], "evaluation_interval": "1m", "tests": tests}))
     run = subprocess.run([promtool, "test", "rules", str(spec)], capture_output=True, text=True, cwd=tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_the_restore_test_alerts_select_the_restore_test_cronjob_of_the_team_example(as_installed):
+    from tests.unit.test_checkpoints import EXAMPLE
+
+    result = render.rendering("dev", render.run("dev", None, EXAMPLE))
+    names = {o["metadata"]["name"] for o in result.manifests["vision"] if o.get("kind") == "CronJob"}
+    assert RESTORE_TEST_CRONJOB in names
+    prefix, pattern, _ = RESTORE_TEST
+    matching = [p for p, (other, _) in PROTECTION.items() if re.fullmatch(other, RESTORE_TEST_CRONJOB)]
+    assert re.fullmatch(pattern, RESTORE_TEST_CRONJOB) and matching == [] and prefix == "CheckpointRestoreTest"
 
 
 def test_docs_alerts_md_has_a_page_for_every_alert():

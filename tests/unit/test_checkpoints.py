@@ -8,6 +8,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 
 import pytest
 
@@ -15,6 +16,7 @@ from components.checkpoints import (
     MARKER,
     SNAPSHOT_LABEL,
     CheckpointProtection,
+    LandingSettings,
     OffsiteSettings,
     OffsiteTarget,
     SnapshotSettings,
@@ -22,10 +24,13 @@ from components.checkpoints import (
     protect_checkpoints,
     snapshot_rules,
 )
+from components.sections import SettingsError
+from components.toolchain import render
 from tests.conformance.upstream import validate_object
-from tests.conftest import by_name, objects
+from tests.conftest import STACKS, by_name, objects
 from tests.unit import stand_in_api
 
+EXAMPLE = render.ROOT / "examples" / "team-training"
 NAMESPACE, CLAIM, KEEP = "vision", "checkpoints", 3
 SNAPSHOTS = ("snapshot.storage.k8s.io", "volumesnapshots")
 
@@ -277,3 +282,81 @@ def test_the_offsite_copy_skips_checkpoints_without_their_marker_and_sends_the_m
     last = next(i for i, line in enumerate(script) if f"--include {MARKER}" in line)
     assert check < first < last
     assert "juicefs sync --no-https" in script[first]
+
+
+def pod_specs(value: object) -> Iterator[dict]:
+    """Every pod spec (a mapping with ``containers``) nested anywhere in a rendered object."""
+    if isinstance(value, dict):
+        if isinstance(value.get("containers"), list):
+            yield value
+        for item in value.values():
+            yield from pod_specs(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from pod_specs(item)
+
+
+def checkpoint_tier_pods(result: render.Rendering) -> list[tuple[str, dict]]:
+    """The pod specs of a render that mount a claim of the checkpoint tier (its StorageClass, any prefix), with
+    the kind of the object that holds each."""
+    claims = {
+        c["metadata"]["name"]
+        for c in objects(result, "PersistentVolumeClaim")
+        if c["spec"]["storageClassName"].endswith("checkpoint")
+    }
+    rendered = [o for objs in result.manifests.values() for o in objs]
+    return [
+        (obj["kind"], pod)
+        for obj in rendered
+        for pod in pod_specs(obj)
+        if any(v.get("persistentVolumeClaim", {}).get("claimName") in claims for v in pod.get("volumes", []))
+    ]
+
+
+def test_every_pod_that_mounts_the_checkpoint_tier_keeps_the_ownership_of_its_files(as_installed):
+    """fsGroupChangePolicy OnRootMismatch: without it the kubelet re-chowns the whole checkpoint history at each
+    pod start (CephFS). Every stack and both stacks of the team example: the training runtimes, the team's job,
+    the offsite copies and the restore test."""
+    renders = [render.rendering(stack, render.run(stack)) for stack in STACKS]
+    renders += [render.rendering(s, render.run(s, None, EXAMPLE)) for s in ("dev", "dev-volcano")]
+    kinds: set[str] = set()
+    for result in renders:
+        pods = checkpoint_tier_pods(result)
+        assert pods, f"no pod of {result.plan['stack']} mounts the checkpoint tier"
+        for kind, pod in pods:
+            assert pod.get("securityContext", {}).get("fsGroupChangePolicy") == "OnRootMismatch", (kind, pod)
+        kinds |= {kind for kind, _ in pods}
+    assert {"ClusterTrainingRuntime", "TrainJob", "Job", "CronJob"} <= kinds
+
+
+def test_a_runtime_with_a_landing_volume_gives_each_pod_one_of_the_hot_class():
+    from components.training import RuntimeSettings, runtime_spec
+
+    landing = LandingSettings(enabled=True, size="50Gi")
+    runtime = RuntimeSettings(name="rt", queue="q", dataset_claim="data", checkpoint_landing=landing)
+    spec = runtime_spec(runtime, "checkpoints", None, "ai-")
+    cr = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime", "metadata": {"name": "rt"}}
+    assert validate_object({**cr, "spec": spec}, "1.33") == []
+    (node,) = spec["template"]["spec"]["replicatedJobs"]
+    pod = node["template"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    volume = {v["name"]: v for v in pod["volumes"]}["checkpoint-landing"]
+    claim = volume["ephemeral"]["volumeClaimTemplate"]["spec"]
+    assert claim["storageClassName"] == "ai-hot" and claim["resources"]["requests"]["storage"] == "50Gi"
+    assert {"name": "checkpoint-landing", "mountPath": "/checkpoint-landing"} in container["volumeMounts"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["AI_STORAGE_CHECKPOINT_LOCAL_DIR"] == "/checkpoint-landing"
+    assert env["AI_STORAGE_CHECKPOINT_DIR"] == "/checkpoints"
+    off = runtime_spec(runtime.model_copy(update={"checkpoint_landing": LandingSettings()}), "checkpoints")
+    (node,) = off["template"]["spec"]["replicatedJobs"]
+    assert [v["name"] for v in node["template"]["spec"]["template"]["spec"]["volumes"]] == ["data", "checkpoints"]
+
+
+def test_a_runtime_landing_volume_without_a_hot_tier_is_refused_naming_the_key():
+    from components.settings import load_settings
+
+    runtime = {"name": "rt", "queue": "team-a", "datasetClaim": "d", "checkpointLanding": {"enabled": True}}
+    with pytest.raises(SettingsError) as caught:
+        load_settings("dev", {"tiers": {"hot": "none"}, "training": {"runtimes": [runtime]}})
+    message = str(caught.value)
+    assert "training.runtimes[0].checkpointLanding.enabled: expected a hot tier" in message and "Hint:" in message

@@ -78,6 +78,7 @@ BAD: list[tuple[str, str, Callable[[dict[str, str]], list[str]], str]] = [
     ("diff", "--project-dir", lambda p: ["diff", "HEAD", "HEAD", "--project-dir", p["file"]], "an existing directory"),
     ("docs", "--out", lambda p: ["docs", "--out", p["dir"]], "expected a file to write"),
     ("docs", "--out", lambda p: ["docs", "--out", p["in-missing"]], "in an existing directory"),
+    ("docs", "--tiers-out", lambda p: ["docs", "--tiers-out", p["dir"]], "expected a file to write"),
     ("(none)", "command", lambda p: ["frobnicate"], "invalid choice"),
 ]
 

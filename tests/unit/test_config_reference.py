@@ -351,6 +351,23 @@ CROSS_FIELD: list[tuple[str, str, dict[str, Any], str, str]] = [
     ),
     ("JobSettings", "team", {"job.kind": "volcano"}, "job.image", "expected an image with kind: volcano"),
     (
+        "RuntimeSettings",
+        "platform",
+        {
+            "training": {"enabled": True, "runtimes": [{**RUNTIME, "staging": {"enabled": True, "version": "v1"}}]},
+            "volcano": {"enabled": True, "queues": [{"name": "q"}]},
+        },
+        "training.runtimes[0].image",
+        "expected an image with the training library",
+    ),
+    (
+        "StagingSettings",
+        "team",
+        {"job.kind": "volcano", "job.image": "x/y:1", "staging.enabled": True},
+        "staging.version",
+        "expected a dataset version with enabled: true",
+    ),
+    (
         "LocalNVMeSettings",
         "platform",
         {"localNvme.deviceClasses": [{"name": "a", "volumeGroup": "vg", "default": False}]},

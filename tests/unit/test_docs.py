@@ -72,3 +72,9 @@ def test_readme_links_every_component_page():
     readme = (ROOT / "README.md").read_text()
     for module in COMPONENTS:
         assert f"(docs/components/{module}.md)" in readme, module
+
+
+@pytest.mark.parametrize("doc", ["README.md", *(str(p.relative_to(ROOT)) for p in sorted(DOCS.rglob("*.md")))])
+def test_module_paths_the_docs_name_exist(doc):
+    named = re.findall(r"`(components/[\w./-]+?)(?::\w+)?`", (ROOT / doc).read_text())
+    assert not [p for p in named if not (ROOT / p).exists()], f"{doc} names paths that moved or never existed"

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from components.namespace_rules import KUBERNETES_RESERVED
+from components.namespace_rules import KUBERNETES_RESERVED, namespace_settings, platform_defaults
 from components.sections import SettingsError
-from components.settings import load_settings
-from components.team import load_team_settings, platform_defaults
+from components.settings import PlatformSettings, load_settings
+from components.team import load_team_settings
 
 RESERVED = [*KUBERNETES_RESERVED, "kube-anything"]
 PLATFORM_DEFAULTS = sorted(platform_defaults())
@@ -24,6 +24,7 @@ def refusal(load, config) -> str:
 
 
 def test_the_platform_defaults_cover_every_component_and_the_trusted_prometheus_namespace():
+    assert platform_defaults() == namespace_settings(PlatformSettings())  # every section that names one
     assert {"juicefs-csi", "juicefs-meta", "object-store", "rook-ceph", "topolvm-system", "monitoring"} <= set(
         PLATFORM_DEFAULTS
     )

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from components.quotas import TEAM_LABEL
-from components.sections import SettingsError
-from components.settings import PROJECT, PlatformSettings, decode, load_settings, merge
+from components.sections import SettingsError, merge
+from components.settings import PROJECT, PlatformSettings, decode, load_settings
 from components.toolchain import render
 from components.toolchain.render import ROOT
 from tests.conftest import STACKS, objects

@@ -59,3 +59,17 @@ def test_importing_the_package_loads_no_component():
     code = "import sys, components; print(sorted(m for m in sys.modules if m.startswith(('components.', 'pulumi'))))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=INIT.parents[1])
     assert out.stdout.strip() == "[]"
+
+
+def test_the_sentinel_settings_import_of_the_0_2_0_docs_still_works_and_says_where_it_moved():
+    code = (
+        "import warnings; warnings.simplefilter('error')\n"
+        "try:\n    from components.redis_sentinel import SentinelSettings\n"
+        "except DeprecationWarning as w:\n    print(w)\n"
+        "warnings.simplefilter('ignore')\n"
+        "from components.redis_sentinel import SentinelSettings\n"
+        "from components import SentinelSettings as exported\n"
+        "assert SentinelSettings is exported\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=INIT.parents[1])
+    assert "moved to ai_storage_platform.backends.metadata_engines.redis_sentinel" in out.stdout

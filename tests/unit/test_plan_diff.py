@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from components.settings import SettingsError, load_settings
-from components.toolchain import plan_diff, render
+from components.toolchain import data_notes, diff_rules, diff_sources, plan_diff, render
 from components.toolchain.cli import main
 from components.toolchain.render import ROOT
 from tests.conftest import stack_file
@@ -25,7 +25,7 @@ STACKS = ["dev", "staging", "prod"]
 @pytest.fixture(scope="module")
 def upgrade(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[plan_diff.Render, plan_diff.Render]]:
     out = tmp_path_factory.mktemp("upgrade")
-    old = plan_diff.render_ref(ROOT, PREVIOUS_RELEASE, out / "base", STACKS)
+    old = diff_sources.render_ref(ROOT, PREVIOUS_RELEASE, out / "base", STACKS)
     pairs = {}
     for stack in STACKS:
         render.write(render.rendering(stack, render.run(stack)), out / "head" / stack)
@@ -102,7 +102,7 @@ def test_upgrade_moves_the_metadata_engine_and_says_both_ways_through(upgrade, s
 
 
 def test_dev_keeps_its_engine():
-    assert plan_diff.engine_notes(*[plan_diff.Render({"resources": []}, {"metadataEngine": "standalone"})] * 2) == []
+    assert data_notes.engine_notes(*[plan_diff.Render({"resources": []}, {"metadataEngine": "standalone"})] * 2) == []
 
 
 # Which Secrets change data in the upgrade: the provider decides whether that is an update or a replace.
@@ -126,7 +126,7 @@ def test_secrets_update_in_place_because_the_provider_allows_it(upgrade, stack):
 def test_without_secret_mutability_the_same_upgrade_replaces_those_secrets(upgrade, stack):
     base, head = upgrade[stack]
     plan = copy.deepcopy(head.plan)
-    (provider,) = [r for r in plan["resources"] if r["type"] == plan_diff.PROVIDER]
+    (provider,) = [r for r in plan["resources"] if r["type"] == diff_rules.PROVIDER]
     del provider["inputs"]["enableSecretMutable"]
     diff = plan_diff.diff_stack(stack, base, plan_diff.Render(plan, head.outputs), [])
     replaced = {i for i in by_action(diff, "replace") if i.startswith("Secret/")}
@@ -140,7 +140,7 @@ def test_without_secret_mutability_the_same_upgrade_replaces_those_secrets(upgra
 
 def test_the_program_lets_secrets_and_config_maps_update_in_place(upgrade):
     _, head = upgrade["dev"]
-    (provider,) = [r for r in head.resources if r["type"] == plan_diff.PROVIDER]
+    (provider,) = [r for r in head.resources if r["type"] == diff_rules.PROVIDER]
     assert provider["inputs"]["enableSecretMutable"] == provider["inputs"]["enableConfigMapMutable"] == "true"
 
 
@@ -157,7 +157,7 @@ def k8s(api: str, kind: str, name: str, namespace: str | None = None, **fields: 
 
 
 def rendered(*resources: dict[str, Any], secret_mutable: bool = True) -> plan_diff.Render:
-    provider = {"type": plan_diff.PROVIDER, "name": "kubernetes", "parent": None, "dependsOn": [],
+    provider = {"type": diff_rules.PROVIDER, "name": "kubernetes", "parent": None, "dependsOn": [],
                 "inputs": {"enableSecretMutable": str(secret_mutable).lower()}}  # fmt: skip
     return plan_diff.Render({"stack": "dev", "resources": [provider, *resources]}, {})
 
@@ -255,12 +255,12 @@ def test_rename_is_a_replace_and_random_inputs_force_a_new_value():
 
 def test_chart_bump_links_its_upgrade_notes():
     chart = {"chart": "fluid", "version": "1.0.7", "name": "fluid", "namespace": "fluid-system"}
-    release = {"type": plan_diff.RELEASE, "name": "fluid", "parent": None, "dependsOn": [], "inputs": chart}
+    release = {"type": diff_rules.RELEASE, "name": "fluid", "parent": None, "dependsOn": [], "inputs": chart}
     diff = plan_diff.diff_stack("dev", rendered(release), rendered(changed(release, (("version",), "1.0.8"))), [])
     assert diff.changes[0].action == "update"
     (note,) = diff.notes
-    assert note.startswith("chart fluid 1.0.7 -> 1.0.8") and plan_diff.CHART_NOTES["fluid"] in note
-    assert plan_diff.RUNBOOK_CHART in note
+    assert note.startswith("chart fluid 1.0.7 -> 1.0.8") and data_notes.CHART_NOTES["fluid"] in note
+    assert data_notes.RUNBOOK_CHART in note
 
 
 def test_a_stale_acknowledgement_is_pointed_out():
@@ -328,7 +328,7 @@ def test_cli_renders_a_git_ref_and_reports_a_ref_that_does_not_exist(tmp_path, c
 
 def test_review_doc_lists_every_replace_rule_the_diff_applies():
     review = (ROOT / "docs" / "review.md").read_text()
-    assert plan_diff.FORCE_NEW_SOURCE in review and plan_diff.STORAGE_VALIDATION in review
+    assert diff_rules.FORCE_NEW_SOURCE in review and diff_rules.STORAGE_VALIDATION in review
     for kind, fields in [("StorageClass", (".parameters", ".provisioner")), ("Service", (".spec.clusterIP",))]:
         assert all(f"`{f}`" in review for f in fields), kind
     assert "`reclaimPolicy`" in review and "refuses" in review
@@ -339,11 +339,14 @@ def test_release_version_matches_the_changelog_and_its_upgrade_notes_name_each_c
 
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     changelog = (ROOT / "CHANGELOG.md").read_text()
-    releases = [line.split()[1] for line in changelog.splitlines() if line.startswith("## [")]
+    releases = [
+        line.split()[1] for line in changelog.splitlines() if line.startswith("## [") and "Unreleased" not in line
+    ]
     assert releases[:2] == [f"[{version}]", "[0.1.0]"] and version == "0.2.0"
     library = tomllib.loads((ROOT / "ai_storage_training" / "pyproject.toml").read_text())["project"]["version"]
     assert library == version, "the training library is released with the platform: one version"
-    upgrade = changelog[changelog.index("### Upgrading from 0.1.0") : changelog.index("### Added")]
+    start = changelog.index("### Upgrading from 0.1.0")
+    upgrade = changelog[start : changelog.index("### Added", start)]
     for named in (
         "metadata.migratedFrom: standalone",
         "metadata.engine: standalone",

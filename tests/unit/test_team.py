@@ -165,6 +165,89 @@ def test_the_queue_defaults_to_the_namespace(render_team):
     assert by_name(result, "Job", "conformer")["spec"]["queue"] == "speech"
 
 
+def pod_of(result: render.Rendering, stack: str) -> dict:
+    """The training pod template of the example's job (TrainJob patch or Volcano task)."""
+    if stack == "dev":
+        return node_pod(by_name(result, "TrainJob", "resnet50"))
+    (task,) = by_name(result, "Job", "conformer")["spec"]["tasks"]
+    return task["template"]
+
+
+@pytest.mark.parametrize(("stack", "job"), [("dev", "resnet50"), ("dev-volcano", "conformer")])
+def test_a_landing_volume_on_the_hot_tier_is_mounted_and_named_to_the_library(render_team, stack, job):
+    result, _ = render_team(
+        stack, checkpoint={"landing": {"enabled": True, "size": "300Gi"}}, workspace={"tierPrefix": "ai-"}
+    )
+    pod = pod_of(result, stack)
+    (container,) = pod["spec"]["containers"]
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    template = volumes["checkpoint-landing"]["ephemeral"]["volumeClaimTemplate"]
+    assert template["spec"] == {
+        "accessModes": ["ReadWriteOnce"],
+        "storageClassName": "ai-hot",
+        "resources": {"requests": {"storage": "300Gi"}},
+    }
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert mounts["/checkpoint-landing"] == "checkpoint-landing" and mounts["/checkpoints"] == "checkpoints"
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["AI_STORAGE_CHECKPOINT_LOCAL_DIR"] == "/checkpoint-landing"
+    assert env["AI_STORAGE_CHECKPOINT_DIR"] == f"/checkpoints/{job}"
+    for obj in [o for objs in result.manifests.values() for o in objs]:
+        assert validate_object(obj, "1.33") == [], obj["kind"]
+
+
+@pytest.mark.parametrize("stack", ["dev", "dev-volcano"])
+def test_without_the_landing_volume_the_pod_has_neither_the_volume_nor_the_variables(render_team, stack):
+    result, _ = render_team(stack)
+    pod = pod_of(result, stack)
+    (container,) = pod["spec"]["containers"]
+    assert "checkpoint-landing" not in [v["name"] for v in pod["spec"]["volumes"]]
+    assert "/checkpoint-landing" not in [m["mountPath"] for m in container["volumeMounts"]]
+    assert not any(e["name"].startswith("AI_STORAGE_CHECKPOINT") for e in container.get("env", []))
+
+
+def test_the_restore_test_runs_the_job_image_on_the_claim_read_only_as_the_team(render_team):
+    result, _ = render_team(checkpoint={"restoreTest": {"enabled": True, "schedule": "0 5 * * 1"}})
+    cronjob = by_name(result, "CronJob", "checkpoints-restore-test")
+    assert cronjob["metadata"]["namespace"] == "vision" and cronjob["spec"]["schedule"] == "0 5 * * 1"
+    job = cronjob["spec"]["jobTemplate"]["spec"]
+    # A refused checkpoint (exit 1) or bad arguments (2) fail the Job at once; an I/O error (3) is retried.
+    (rule,) = job["podFailurePolicy"]["rules"]
+    assert rule["action"] == "FailJob" and rule["onExitCodes"]["values"] == [1, 2]
+    pod = job["template"]["spec"]
+    assert pod["serviceAccountName"] == "checkpoints-restore-test" and pod["automountServiceAccountToken"] is False
+    assert pod["restartPolicy"] == "Never"
+    assert pod["securityContext"]["runAsUser"] == 10001 and pod["securityContext"]["runAsNonRoot"] is True
+    (container,) = pod["containers"]
+    assert container["image"] == "ghcr.io/example/vision-trainer:1.4.0"
+    assert container["command"] == ["python", "-m", "ai_storage_training", "restore-test", "/checkpoints/resnet50"]
+    assert container["resources"]["limits"] == {"cpu": "2", "memory": "4Gi"}
+    assert {"name": "checkpoints", "mountPath": "/checkpoints", "readOnly": True} in container["volumeMounts"]
+    claim = {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "checkpoints", "readOnly": True}}
+    assert claim in pod["volumes"]
+    account = by_name(result, "ServiceAccount", "checkpoints-restore-test")
+    assert account["automountServiceAccountToken"] is False
+    deps = {r["name"]: set(r["dependsOn"]) for r in result.plan["resources"]}
+    assert {"vision-checkpoints", "vision-checkpoints-restore-test-account"} <= deps["vision-checkpoints-restore-test"]
+    for obj in [o for objs in result.manifests.values() for o in objs]:
+        assert validate_object(obj, "1.33") == [], obj["kind"]
+
+
+def test_the_restore_test_is_off_by_default_and_takes_its_own_image(render_team):
+    result, _ = render_team("dev-volcano")  # its stack file does not turn it on
+    assert "checkpoints-restore-test" not in {o["metadata"]["name"] for o in objects(result, "CronJob")}
+    result, _ = render_team(checkpoint={"restoreTest": {"enabled": True, "image": "ghcr.io/example/tester:1"}})
+    pod = by_name(result, "CronJob", "checkpoints-restore-test")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == "ghcr.io/example/tester:1"
+
+
+def test_a_restore_test_without_any_image_is_refused_naming_the_key():
+    with pytest.raises(SettingsError) as err:
+        load_team_settings({"checkpoint": {"restoreTest": {"enabled": True}}})
+    assert "checkpoint.restoreTest.image: expected an image (or job.image) with restoreTest.enabled" in str(err.value)
+    assert "Hint:" in str(err.value)
+
+
 def test_checkpoint_claim_and_dataset_need_different_names():
     with pytest.raises(SettingsError) as err:
         load_team_settings({"dataset": {"name": "ckpt"}, "checkpoint": {"claim": "ckpt"}})
@@ -184,6 +267,14 @@ def test_checkpoint_claim_and_dataset_need_different_names():
         ({"queue": "Vision"}, "queue", "expected a DNS label"),
         ({"queue": {"name": "vision"}}, "queue", "expected a string"),
         ({"workspace": {"platformStack": "o/p/s"}}, "workspace.platformStack", "no such key"),
+        ({"checkpoint": {"landing": {"size": "lots"}}}, "checkpoint.landing.size", "expected a Kubernetes quantity"),
+        ({"checkpoint": {"landing": {"enabled": "on"}}}, "checkpoint.landing.enabled", "expected true or false"),
+        ({"checkpoint": {"restoreTest": {"schedule": "daily"}}}, "checkpoint.restoreTest.schedule", "cron schedule"),
+        (
+            {"checkpoint": {"restoreTest": {"image": "tester"}}},
+            "checkpoint.restoreTest.image",
+            "expected an image pinned by a version tag or a digest",
+        ),
     ],
 )
 def test_bad_values_name_the_key(config, key, expected):

@@ -1,0 +1,187 @@
+"""ShardDataset: a packed dataset version (manifest.py) as a PyTorch IterableDataset, resumable mid-epoch.
+
+- Split: every epoch, the shards are put in an order seeded by ``(seed, epoch)`` (the same on every rank); rank
+  ``r`` of ``w`` takes every ``w``-th shard from ``r``, and DataLoader worker ``k`` of ``n`` every ``n``-th of
+  those from ``k``: each shard is read by exactly one worker of one rank per epoch.
+- Shuffle: each worker's samples pass through a bounded buffer (``shuffle_buffer`` samples) from which a
+  generator seeded by ``(seed, epoch, rank, worker)`` draws; the order of sample *positions* is computed from the
+  manifest's sample counts alone, so it is known before any byte is read.
+- Read-ahead: ``readahead`` whole shards are read by a background thread while the job works; each is checked
+  against the manifest (size, CRC32C, then its sample count) before any of its samples is used, and only the
+  samples still to come are kept in memory.
+- Resume: ``state_dict()`` is ``{"epoch", "yielded"}`` of this worker (torchdata's StatefulDataLoader calls it in
+  each worker and hands it back after a restart); ``load_state_dict()`` recomputes the order and skips the
+  positions already yielded, without reading the shards they came from.
+- Metrics: each shard read counts as a read of the training metrics (hit: it was read ahead in time; miss: the
+  job waited); in DataLoader workers they reach the scrape with ``PROMETHEUS_MULTIPROC_DIR`` (metrics.py).
+
+Needs the ``torch`` extra (torch, webdataset); ``import ai_storage_training`` itself does not import this module.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import tarfile
+import time
+from array import array
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+from torch.utils.data import IterableDataset, get_worker_info
+from webdataset.tariterators import group_by_keys, tar_file_iterator
+
+from . import manifest as mf
+from . import metrics
+
+Sample = dict[str, Any]
+
+
+def positions(counts: list[int], shard_ids: list[int], buffer: int, rng: random.Random) -> array:
+    """The order in which a worker yields its samples, each as ``shard_id << 32 | index``: the samples of
+    ``shard_ids`` in that order pass through a buffer of ``buffer`` slots from which ``rng`` draws."""
+    out, pool = array("q"), array("q")
+    for sid in shard_ids:
+        for index in range(counts[sid]):
+            pool.append(sid << 32 | index)
+            if len(pool) >= buffer:
+                i = rng.randrange(len(pool))
+                pool[i], pool[-1] = pool[-1], pool[i]
+                out.append(pool.pop())
+    while pool:
+        i = rng.randrange(len(pool))
+        pool[i], pool[-1] = pool[-1], pool[i]
+        out.append(pool.pop())
+    return out
+
+
+class ShardDataset(IterableDataset):
+    """The samples (WebDataset dicts: ``__key__``, ``__url__`` and one ``bytes`` entry per extension, passed
+    through ``transform`` when given) of the dataset version in ``directory`` (default
+    ``$AI_STORAGE_DATASET_DIR``), refused unless its manifest is ``version`` (when given) and hashes to
+    ``manifest_sha256`` (default ``$AI_STORAGE_DATASET_MANIFEST_SHA256``)."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str] | None = None,
+        *,
+        version: str | None = None,
+        manifest_sha256: str | None = None,
+        seed: int = 0,
+        shuffle_buffer: int = 1000,
+        readahead: int = 2,
+        rank: int | None = None,
+        world_size: int | None = None,
+        transform: Callable[[Sample], Any] | None = None,
+    ):
+        directory = directory if directory is not None else os.environ.get(mf.DIR_VARIABLE, "")
+        if not directory:
+            raise ValueError(f"directory: expected a dataset version directory; got none (nor ${mf.DIR_VARIABLE})")
+        for name, value, low in (("shuffle_buffer", shuffle_buffer, 1), ("readahead", readahead, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name}: expected an integer >= {low}; got {value!r}")
+        self.directory = Path(directory)
+        self.manifest = mf.load(self.directory, version=version, sha256=manifest_sha256)
+        self.seed, self.shuffle_buffer, self.readahead, self.transform = seed, shuffle_buffer, readahead, transform
+        if (rank is None) != (world_size is None):
+            raise ValueError("rank, world_size: give both or neither (neither: torch.distributed's, or 0 of 1)")
+        if rank is not None and world_size is not None and not 0 <= rank < world_size:
+            raise ValueError(f"rank: expected 0 <= rank < world_size ({world_size}); got {rank}")
+        self.rank, self.world_size = rank, world_size
+        self.epoch = 0
+        self._yielded = 0
+        self._resume: dict[str, int] | None = None
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch whose order the next iteration follows (call before each epoch, as with
+        DistributedSampler)."""
+        self.epoch = epoch
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "yielded": self._yielded}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self._resume = {"epoch": int(state["epoch"]), "yielded": int(state["yielded"])}
+
+    def _split(self) -> tuple[int, int, int, int]:
+        if self.rank is not None and self.world_size is not None:
+            rank, world = self.rank, self.world_size
+        elif dist.is_available() and dist.is_initialized():
+            rank, world = dist.get_rank(), dist.get_world_size()
+        else:
+            rank, world = 0, 1
+        info = get_worker_info()
+        return rank, world, (info.id if info else 0), (info.num_workers if info else 1)
+
+    def order(self, epoch: int) -> tuple[list[int], array]:
+        """This worker's shards (indices into the manifest) and sample positions for ``epoch``."""
+        rank, world, worker, workers = self._split()
+        shard_ids = list(range(len(self.manifest.shards)))
+        random.Random(f"{self.seed}:{epoch}").shuffle(shard_ids)
+        mine = shard_ids[rank::world][worker::workers]
+        counts = [s.samples for s in self.manifest.shards]
+        rng = random.Random(f"{self.seed}:{epoch}:{rank}:{worker}")
+        return mine, positions(counts, mine, self.shuffle_buffer, rng)
+
+    def _read(self, sid: int) -> list[Sample]:
+        """Shard ``sid``'s samples, refused unless its size, CRC32C and sample count match the manifest."""
+        shard = self.manifest.shards[sid]
+        path = self.directory / shard.name
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise mf.missing(self.manifest, shard, path) from None
+        mf.check_shard(self.manifest, shard, len(data), mf.crc32c_hex(data))
+        try:
+            members = ({**m, "__url__": shard.name} for m in tar_file_iterator(io.BytesIO(data)))
+            found = list(group_by_keys(members))
+        except (tarfile.TarError, ValueError) as e:
+            raise mf.DatasetError(f"shard {shard.name} of {self.manifest.describe()}: unreadable tar ({e})") from None
+        if len(found) != shard.samples:
+            raise mf.DatasetError(
+                f"shard {shard.name} of {self.manifest.describe()}: {len(found)} samples, manifest says {shard.samples}"
+            )
+        return found
+
+    def __iter__(self) -> Iterator[Any]:
+        start = 0
+        if self._resume is not None:
+            self.epoch, start = self._resume["epoch"], self._resume["yielded"]
+            self._resume = None
+        shard_ids, order = self.order(self.epoch)
+        self._yielded = start
+        remaining = order[start:]
+        wanted: dict[int, set[int]] = {}
+        for pos in remaining:
+            wanted.setdefault(pos >> 32, set()).add(pos & 0xFFFFFFFF)
+        to_read = iter([sid for sid in shard_ids if sid in wanted])
+        held: dict[int, Sample] = {}
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-readahead") as pool:
+            pending: list[tuple[int, Future[list[Sample]]]] = []
+
+            def top_up() -> None:
+                while len(pending) < self.readahead and (sid := next(to_read, None)) is not None:
+                    pending.append((sid, pool.submit(self._read, sid)))
+
+            try:
+                top_up()
+                for pos in remaining:
+                    while pos not in held:
+                        sid, future = pending.pop(0)
+                        asked, ready = time.perf_counter(), future.done()
+                        found = future.result()
+                        metrics.READ_SECONDS.observe(time.perf_counter() - asked)
+                        metrics.READ_BYTES.inc(self.manifest.shards[sid].size)
+                        (metrics.PREFETCH_HITS if ready else metrics.PREFETCH_MISSES).inc()
+                        held.update((sid << 32 | i, found[i]) for i in wanted[sid])
+                        top_up()
+                    sample = held.pop(pos)
+                    self._yielded += 1
+                    yield self.transform(sample) if self.transform else sample
+            finally:
+                for _, waiting in pending:
+                    waiting.cancel()

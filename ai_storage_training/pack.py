@@ -1,0 +1,179 @@
+"""``python -m ai_storage_training pack SOURCE --root ROOT --dataset NAME --version V``: pack a directory of small
+files (or the subset ``--files-from`` lists) into WebDataset tar shards of about ``--shard-mib`` each, on any
+path (any tier), with a versioned manifest (manifest.py).
+
+Samples follow WebDataset's convention: the files whose paths (relative to SOURCE) share everything up to the
+first dot of the name are one sample (``a/img1.jpg`` + ``a/img1.cls`` -> key ``a/img1``); a name without a dot is
+stored as ``.bin``. Each shard is written under a hidden temporary name with webdataset's TarWriter, fsynced and
+renamed; the manifest is published last (manifest.publish). A version with a manifest is published and
+immutable: packing onto it is refused (exit 1). Leftovers of a packer that died before publishing are removed by
+the next pack of that version. Needs the ``torch`` extra (webdataset imports torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import google_crc32c
+
+from . import manifest as mf
+
+DEFAULT_SHARD_MIB = 64
+TAR_BLOCK = 512
+
+
+class PublishedError(mf.DatasetError):
+    """The version already has a manifest: it is immutable."""
+
+
+class _Checksummed:
+    """A write-only stream that counts and checksums the bytes it passes to ``f``."""
+
+    def __init__(self, f) -> None:
+        self.f, self.size, self.crc = f, 0, google_crc32c.Checksum()
+
+    def write(self, data) -> int:
+        self.crc.update(bytes(data))
+        self.size += len(data)
+        return self.f.write(data)
+
+
+def samples(source: Path, files: Iterable[str] | None = None) -> Iterator[tuple[str, dict[str, Path]]]:
+    """``(key, {extension: path})`` for every sample under ``source`` (or of ``files``, relative to it), in
+    key order; hidden names are left out."""
+    if files is None:
+        files = (
+            str(Path(d, n).relative_to(source))
+            for d, dirs, names in os.walk(source)
+            for n in names
+            if not n.startswith(".") and not any(p.startswith(".") for p in Path(d).relative_to(source).parts)
+        )
+    grouped: dict[str, dict[str, Path]] = {}
+    for rel in files:
+        rel = rel.strip().lstrip("/")
+        if not rel:
+            continue
+        parent, _, name = rel.rpartition("/")
+        stem, dot, ext = name.partition(".")
+        key, ext = (f"{parent}/{stem}" if parent else stem), (ext if dot else "bin")
+        if not stem or ext in grouped.get(key, {}):
+            raise mf.DatasetError(f"{rel}: cannot be a WebDataset sample member (empty name or duplicate of {key})")
+        grouped.setdefault(key, {})[ext] = source / rel
+    yield from sorted(grouped.items())
+
+
+def _clean(target: Path) -> None:
+    """Remove what a packer that died before publishing left (never anything of a published version)."""
+    for p in target.iterdir():
+        if mf.SHARD_NAME.fullmatch(p.name) or p.name.startswith((".shard-", f".{mf.MANIFEST}.tmp")):
+            p.unlink()
+
+
+def _batches(items: Iterator[tuple[str, dict[str, Path]]], shard_bytes: int) -> Iterator[list]:
+    """Consecutive samples grouped into shards of about ``shard_bytes`` of tar (at least one sample each)."""
+    batch: list[tuple[str, dict[str, Path]]] = []
+    size = 0
+    for key, members in items:
+        grows = sum(TAR_BLOCK + -(-p.stat().st_size // TAR_BLOCK) * TAR_BLOCK for p in members.values())
+        if batch and size + grows > shard_bytes:
+            yield batch
+            batch, size = [], 0
+        batch.append((key, members))
+        size += grows
+    if batch:
+        yield batch
+
+
+def _write_shard(webdataset, target: Path, index: int, batch: list[tuple[str, dict[str, Path]]]) -> mf.Shard:
+    """One shard with webdataset's TarWriter, under a hidden name, fsynced, then renamed into place."""
+    name = f"shard-{index:06d}.tar"
+    with open(target / f".{name}.tmp", "wb") as f:
+        stream = _Checksummed(f)
+        writer = webdataset.TarWriter(stream, encoder=False, mtime=0)
+        for key, members in batch:
+            writer.write({"__key__": key, **{ext: path.read_bytes() for ext, path in members.items()}})
+        writer.close()
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(target / f".{name}.tmp", target / name)
+    return mf.Shard(name, stream.size, len(batch), stream.crc.digest().hex())
+
+
+def pack(
+    source: str | os.PathLike[str],
+    root: str | os.PathLike[str],
+    dataset: str,
+    version: str,
+    *,
+    files: Iterable[str] | None = None,
+    shard_bytes: int = DEFAULT_SHARD_MIB * 1024 * 1024,
+) -> mf.Manifest:
+    """Pack ``source`` into ``root/dataset/version/``; return the published manifest. Raises
+    :class:`PublishedError` when that version is already published."""
+    import webdataset
+
+    for what, name in (("dataset", dataset), ("version", version)):
+        if not mf.VERSION_NAME.fullmatch(name):
+            raise ValueError(f"{what}: expected letters, digits, '.', '_' or '-' (not leading); got {name!r}")
+    source, target = Path(source), Path(root) / dataset / version
+    target.mkdir(parents=True, exist_ok=True)
+    with open(target / ".pack.lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise mf.DatasetError(f"{target}: another packer is writing this version") from None
+        if (target / mf.MANIFEST).exists():
+            raise PublishedError(f"{target}: version {version} of {dataset} is published (immutable); pack a new one")
+        _clean(target)
+        shards = [
+            _write_shard(webdataset, target, i, b) for i, b in enumerate(_batches(samples(source, files), shard_bytes))
+        ]
+        if not shards:
+            raise mf.DatasetError(f"{source}: no files to pack")
+        mf.fsync_dir(target)
+        raw = mf.to_json(dataset, version, shards)
+        mf.publish(target, raw)
+        return mf.parse(raw, target / mf.MANIFEST)
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("pack", help="pack small files into WebDataset shards with a versioned manifest")
+    p.add_argument("source", type=Path, help="directory holding the files to pack")
+    p.add_argument("--root", type=Path, required=True, help="datasets root; writes ROOT/DATASET/VERSION/")
+    p.add_argument("--dataset", required=True, help="dataset name")
+    p.add_argument("--version", required=True, help="version to publish (refused if already published)")
+    p.add_argument("--files-from", type=Path, help="file listing the paths to pack, relative to SOURCE, one a line")
+    p.add_argument("--shard-mib", type=float, default=DEFAULT_SHARD_MIB, help="target shard size in MiB")
+    p.set_defaults(run=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.source.is_dir():
+        return _fail(2, f"SOURCE: expected a directory of files to pack; got {args.source}")
+    if not args.shard_mib > 0:
+        return _fail(2, f"--shard-mib: expected a positive size in MiB; got {args.shard_mib}")
+    try:
+        files = args.files_from.read_text().splitlines() if args.files_from else None
+        result = pack(
+            args.source, args.root, args.dataset, args.version, files=files, shard_bytes=int(args.shard_mib * 2**20)
+        )
+    except ValueError as e:
+        return _fail(1 if isinstance(e, mf.DatasetError) else 2, str(e))
+    except OSError as e:
+        return _fail(3, f"pack: {e}")
+    print(
+        f"packed {result.samples} samples into {len(result.shards)} shards: "
+        f"{Path(args.root) / args.dataset / args.version} (manifest SHA-256 {result.sha256})"
+    )
+    return 0
+
+
+def _fail(status: int, message: str) -> int:
+    print(f"pack: {message}", file=sys.stderr)
+    return status

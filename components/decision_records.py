@@ -1,0 +1,134 @@
+"""Decision records: what each storage tier was sized for, kept next to its StorageClass.
+
+The design asks to "record the dataset size, file-count shape, expected reuse rate, checkpoint interval, restore
+objective, and acceptable cold-start time next to the StorageClass", so a reviewer can tell whether a new
+workload still matches the assumptions a tier was built on. Each tier's record is a typed settings section
+(``tiers.decisions.<tier>``, defaults below say what each tier was sized for); ``StorageTiers`` renders it onto
+the tier's StorageClass as annotations ``ai-storage-platform/decision.<field>``, and docs/tiers.md is generated
+from the records of every stack, beside the measured figures (``python -m components docs``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from .sections import Quantity, Section
+
+DURATION = r"^[0-9]+(s|m|h|d)$"
+"""A duration in seconds, minutes, hours or days (`90s`, `30m`, `4h`, `2d`)."""
+ANNOTATION_PREFIX = "ai-storage-platform/decision."
+"""Prefix of the decision-record annotations on a tier StorageClass (`<prefix><field>`, kebab-case)."""
+FileShape = Literal["small-files", "packed-shards", "large-files", "checkpoint-shards", "block-volumes"]
+
+
+class DecisionRecord(Section):
+    """The workload a tier was sized for (the design's storage decision record)."""
+
+    dataset_size: Quantity = "1Ti"
+    """Data the tier was sized to hold for one workload (a node's working set for the hot tier)."""
+    file_count: int = Field(100_000, ge=1, le=10**12)
+    """Number of files that data was expected to be in."""
+    file_shape: FileShape = "packed-shards"
+    """Shape of those files: `small-files`, `packed-shards`, `large-files`, `checkpoint-shards` or `block-volumes`."""
+    expected_reuse_percent: float = Field(50.0, ge=0, le=100)
+    """Share of reads expected to hit data read before (epochs, repeated jobs), %: what the caches were sized for."""
+    checkpoint_interval: str | None = Field(None, pattern=DURATION)
+    """How often checkpoints land on the tier (e.g. `30m`); unset: the tier holds no checkpoints."""
+    restore_objective: str | None = Field(None, pattern=DURATION)
+    """Longest acceptable time to restore a job's state from the tier (e.g. `15m`); unset: nothing is restored."""
+    acceptable_cold_start: str = Field("10m", pattern=DURATION)
+    """Longest acceptable time from a job's start to its first full-speed step with empty caches (e.g. `10m`)."""
+
+
+DEFAULTS: dict[str, DecisionRecord] = {
+    "hot": DecisionRecord(
+        dataset_size="2Ti",
+        file_count=20_000,
+        file_shape="packed-shards",
+        expected_reuse_percent=95,
+        checkpoint_interval="15m",
+        acceptable_cold_start="10m",
+    ),
+    "warm": DecisionRecord(
+        dataset_size="10Ti",
+        file_count=20_000_000,
+        file_shape="small-files",
+        expected_reuse_percent=80,
+        acceptable_cold_start="5m",
+    ),
+    "cold": DecisionRecord(
+        dataset_size="50Ti",
+        file_count=500_000,
+        file_shape="packed-shards",
+        expected_reuse_percent=30,
+        restore_objective="4h",
+        acceptable_cold_start="30m",
+    ),
+    "checkpoint": DecisionRecord(
+        dataset_size="10Ti",
+        file_count=50_000,
+        file_shape="checkpoint-shards",
+        expected_reuse_percent=5,
+        checkpoint_interval="30m",
+        restore_objective="15m",
+        acceptable_cold_start="5m",
+    ),
+    "block": DecisionRecord(
+        dataset_size="1Ti",
+        file_count=1_000,
+        file_shape="block-volumes",
+        expected_reuse_percent=50,
+        restore_objective="1h",
+        acceptable_cold_start="1m",
+    ),
+}
+"""What each tier was sized for: the hot tier a node's packed working set, staged once and re-read every epoch;
+the warm tier shared many-small-file datasets re-read by many jobs; the cold tier the durable copy of every
+version, read mostly once per job through the cache; the checkpoint tier sharded saves every 30 minutes, read
+back only on a restore; the block tier single-writer volumes of services."""
+
+
+class TierDecisions(Section):
+    """The decision record of each tier; keys a stack sets override the tier's defaults one by one."""
+
+    hot: DecisionRecord = DEFAULTS["hot"]
+    """What the hot tier was sized for."""
+    warm: DecisionRecord = DEFAULTS["warm"]
+    """What the warm tier was sized for."""
+    cold: DecisionRecord = DEFAULTS["cold"]
+    """What the cold tier was sized for."""
+    checkpoint: DecisionRecord = DEFAULTS["checkpoint"]
+    """What the checkpoint tier was sized for."""
+    block: DecisionRecord = DEFAULTS["block"]
+    """What the block tier was sized for."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _over_tier_defaults(cls, data: Any) -> Any:
+        """Each tier's keys start from that tier's defaults, not from the generic record's."""
+        if not isinstance(data, Mapping):
+            return data
+        merged = dict(data)
+        for tier, given in data.items():
+            if tier in DEFAULTS and isinstance(given, Mapping):
+                merged[tier] = {**DEFAULTS[tier].model_dump(by_alias=True, exclude_none=True), **given}
+        return merged
+
+
+def record_annotations(record: DecisionRecord) -> dict[str, str]:
+    """The record as StorageClass annotations, ``<prefix><key in kebab-case>`` (``none`` for an unset duration)."""
+    out = {}
+    for name, info in DecisionRecord.model_fields.items():
+        kebab = re.sub(r"[A-Z]", lambda m: "-" + m.group(0).lower(), info.alias or name)
+        out[f"{ANNOTATION_PREFIX}{kebab}"] = _text(getattr(record, name))
+    return out
+
+
+def _text(value: object) -> str:
+    if value is None:
+        return "none"
+    return f"{value:g}" if isinstance(value, float) else str(value)

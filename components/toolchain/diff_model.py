@@ -1,0 +1,78 @@
+"""The data the storage-aware diff works on, a stack's render (``Render``), and what it finds: a ``Change`` per
+resource and a ``StackDiff`` per stack."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Change:
+    """One resource's fate in a stack."""
+
+    id: str
+    type: str
+    name: str
+    action: str
+    """create, update, replace, delete or rejected (an update the API server refuses)."""
+    fields: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    """Why it is replaced or rejected: the field, the rule and its source."""
+    notes: list[str] = field(default_factory=list)
+    """What it means for data."""
+    protected: bool = False
+    holds_data: bool = False
+    acknowledged: bool = False
+
+    @property
+    def blocking(self) -> bool:
+        """A replace or delete of a protected or data-holding resource nobody acknowledged."""
+        return self.action in ("replace", "delete") and (self.protected or self.holds_data) and not self.acknowledged
+
+
+@dataclass
+class StackDiff:
+    """The diff of one stack."""
+
+    stack: str
+    changes: list[Change] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """Stack-wide findings: chart bumps, the metadata engine, stale acknowledgements."""
+
+    @property
+    def blocking(self) -> list[Change]:
+        return [c for c in self.changes if c.blocking]
+
+
+@dataclass
+class Render:
+    """One stack's render as data."""
+
+    plan: dict[str, Any]
+    outputs: dict[str, Any] | None
+    """None for a render written before outputs.json existed (0.1.0)."""
+
+    @property
+    def resources(self) -> list[dict[str, Any]]:
+        return list(self.plan["resources"])
+
+
+def load_render(folder: Path) -> Render:
+    """A stack's render folder (plan.json, and outputs.json when the renderer wrote one)."""
+    outputs = folder / "outputs.json"
+    return Render(
+        json.loads((folder / "plan.json").read_text()),
+        json.loads(outputs.read_text()) if outputs.is_file() else None,
+    )
+
+
+def resource_id(r: dict[str, Any]) -> str:
+    """How the diff (and ``cluster.acknowledgeReplacements``) names a resource."""
+    inputs = r["inputs"]
+    meta = inputs.get("metadata") if isinstance(inputs.get("metadata"), dict) else None
+    if r["type"].startswith("kubernetes:") and meta and "kind" in inputs and "name" in meta:
+        return "/".join(p for p in (inputs["kind"], meta.get("namespace"), meta["name"]) if p)
+    return f"{r['type']}/{r['name']}"

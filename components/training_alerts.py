@@ -1,0 +1,85 @@
+"""Alert rules of the training jobs, from the training library's own metrics (``ai_storage_training.metrics``,
+per training pod): prefetch hit ratio, checkpoint save and restore time, save failures, and checkpoint lag: the
+time since the newest requested checkpoint that is not yet durable, measured in checkpoint intervals.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .alert_settings import RuleSettings, levels, seconds
+
+
+def training_recording_rules(window: str, checkpoint_window: str) -> list[dict[str, Any]]:
+    """Per training pod figures of the training library's metrics: the prefetch hit ratio over ``window``, the
+    checkpoint figures over ``checkpoint_window`` (saves are minutes apart)."""
+    w, cw = window, checkpoint_window
+    hits, misses = "ai_storage_prefetch_hits_total", "ai_storage_prefetch_misses_total"
+    saves, failures = "ai_storage_checkpoint_save_seconds_count", "ai_storage_checkpoint_save_failures_total"
+    return [
+        {
+            "record": "ai_storage:prefetch_hit_ratio",
+            "expr": f"rate({hits}[{w}]) / (rate({hits}[{w}]) + rate({misses}[{w}]))",
+        },
+        *(
+            {
+                "record": f"ai_storage:checkpoint_{what}_seconds:mean",
+                "expr": f"rate(ai_storage_checkpoint_{what}_seconds_sum[{cw}])"
+                f" / rate(ai_storage_checkpoint_{what}_seconds_count[{cw}])",
+            }
+            for what in ("save", "restore")
+        ),
+        {
+            "record": "ai_storage:checkpoint_save_failure_ratio",
+            "expr": f"rate({failures}[{cw}]) / (rate({failures}[{cw}]) + rate({saves}[{cw}]))",
+        },
+    ]
+
+
+def training_alerts(s: RuleSettings) -> list[dict[str, Any]]:
+    """The design reference's training rows, per training pod (a ratio with no reads or saves has no value)."""
+    t, f = s.thresholds, s.pending_for
+    return [
+        *levels(
+            "TrainingPrefetchHitRatioLow",
+            "ai_storage:prefetch_hit_ratio * 100",
+            "<",
+            t.prefetch_hit_ratio_percent,
+            f,
+            "Less than {level} % of a training job's reads find their prefetched data ready",
+        ),
+        *levels(
+            "CheckpointSaveSlow",
+            "ai_storage:checkpoint_save_seconds:mean",
+            ">",
+            t.checkpoint_save_seconds,
+            f,
+            "A training job's checkpoint saves take more than {level} s",
+        ),
+        *levels(
+            "CheckpointRestoreSlow",
+            "ai_storage:checkpoint_restore_seconds:mean",
+            ">",
+            t.checkpoint_restore_seconds,
+            f,
+            "A training job's checkpoint restores take more than {level} s",
+        ),
+        *levels(
+            "CheckpointSaveFailures",
+            "ai_storage:checkpoint_save_failure_ratio * 100",
+            ">",
+            t.checkpoint_save_failure_percent,
+            f,
+            "More than {level} % of a training job's checkpoint saves fail",
+        ),
+        # The lag is itself a duration (it only grows until the checkpoint is durable): no extra wait.
+        *levels(
+            "CheckpointLagHigh",
+            f"ai_storage_checkpoint_lag_seconds / {seconds(s.checkpoint_interval):g}",
+            ">",
+            t.checkpoint_lag_intervals,
+            "0s",
+            "A training job's newest checkpoint has not been durable for more than {level} checkpoint intervals"
+            f" ({s.checkpoint_interval} each)",
+        ),
+    ]

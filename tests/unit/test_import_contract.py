@@ -1,0 +1,35 @@
+"""The import contract in pyproject.toml ([tool.importlinter]), checked with import-linter's ``lint-imports``: no
+import circle in components/ or ai_storage_training/, nothing in components/ imports up across its layers
+(command line > toolchain > platform > settings and team > components > backends > common > sections), the two
+kinds of backend stay apart, and the training library imports nothing of the platform."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[2]
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def test_lint_imports_keeps_every_contract():
+    result = subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", "--no-logo"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    assert result.returncode == 0, f"lint-imports found a broken import contract:\n{result.stdout}{result.stderr}"
+    assert re.search(rf"Contracts: {len(contracts)} kept, 0 broken", result.stdout), result.stdout
+
+
+def test_the_contract_covers_the_layers_and_both_packages():
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    by_type = {c["type"]: c for c in config["contracts"]}
+    assert set(by_type["acyclic_siblings"]["ancestors"]) == {"components", "ai_storage_training"}
+    layers = by_type["layers"]
+    assert layers["exhaustive"] is True  # a new module in components/ must be placed in a layer
+    assert [layers["layers"][i] for i in (1, -3, -2, -1)] == ["toolchain", "backends", "common", "sections"]
+    assert by_type["forbidden"]["forbidden_modules"][0] == "components"
