@@ -16,12 +16,14 @@ from .problems import Problem
 
 
 class Section(BaseModel):
-    """Base of every settings section: camelCase keys, no unknown keys, no type coercion, immutable."""
+    """Base of every settings section: camelCase keys, no unknown keys, no type coercion, no NaN or infinite
+    number, immutable."""
 
     model_config = ConfigDict(
         extra="forbid",
         frozen=True,
         strict=True,
+        allow_inf_nan=False,
         alias_generator=to_camel,
         populate_by_name=True,
         use_attribute_docstrings=True,

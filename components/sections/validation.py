@@ -65,6 +65,7 @@ _EXPECTED = {
     "bool_type": "expected true or false",
     "int_type": "expected a whole number",
     "float_type": "expected a number",
+    "finite_number": "expected a finite number (not .nan or .inf)",
     "string_type": "expected a string",
     "dict_type": "expected a mapping of keys to values",
     "model_type": "expected a mapping of keys to values",

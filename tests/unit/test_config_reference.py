@@ -116,6 +116,8 @@ def bad_values(annotation: Any, metadata: list[Any], path: Path) -> Iterator[tup
         return
     kind = origin or annotation
     yield path, *WRONG_TYPE[kind]
+    if kind is float:  # YAML's .nan and .inf are floats too
+        yield from ((path, v, "expected a finite number") for v in (float("nan"), float("inf"), float("-inf")))
     for m in metadata:
         yield from constraint_values(kind, m, path)
     if kind is list:
