@@ -18,8 +18,8 @@ from pydantic import Field, model_validator
 
 from .sections import Quantity, Section
 
-DURATION = r"^[0-9]+(s|m|h|d)$"
-"""A duration in seconds, minutes, hours or days (`90s`, `30m`, `4h`, `2d`)."""
+DURATION = r"^[0-9]*[1-9][0-9]*(s|m|h|d)$"
+"""A positive duration in seconds, minutes, hours or days (`90s`, `30m`, `4h`, `2d`; never `0m`)."""
 ANNOTATION_PREFIX = "ai-storage-platform/decision."
 """Prefix of the decision-record annotations on a tier StorageClass (`<prefix><field>`, kebab-case)."""
 FileShape = Literal["small-files", "packed-shards", "large-files", "checkpoint-shards", "block-volumes"]

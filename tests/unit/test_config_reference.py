@@ -234,6 +234,8 @@ PINNED = [
     ("platform", "monitoring.rules.pendingFor", "10 minutes", "expected text matching"),
     ("platform", "monitoring.rules.gangPendingFor", "30", "expected text matching"),
     ("platform", "monitoring.rules.checkpointWindow", "1 hour", "expected a positive duration"),
+    ("platform", "tiers.decisions.checkpoint.restoreObjective", "0m", "expected text matching"),
+    ("platform", "tiers.decisions.hot.acceptableColdStart", "0s", "expected text matching"),
     ("platform", "monitoring.rules.thresholds.cacheHitRatioPercent.warning", 150, "<= 100"),
     ("platform", "monitoring.rules.thresholds.checkpointSaveFailurePercent.critical", 101, "<= 100"),
     ("platform", "monitoring.rules.thresholds.checkpointSaveSeconds.warning", -1, ">= 0"),
