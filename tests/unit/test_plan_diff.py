@@ -69,11 +69,29 @@ def test_upgrade_from_0_1_0_names_exactly_the_replaces_and_nothing_blocks(upgrad
     assert diff.blocking == [] and plan_diff.exit_code([diff]) == 0
 
 
+DECISION_RECORD = ".metadata.annotations.ai-storage-platform/decision."
+
+
+def without_decision_records(fields: list[str]) -> list[str]:
+    """The changed fields besides the tier's decision record (annotations every tier class gains in 0.3.0)."""
+    return [f for f in fields if not f.startswith(DECISION_RECORD)]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_upgrade_adds_each_tier_class_its_decision_record_in_place(upgrade, stack):
+    updated = by_action(plan_diff.diff_stack(stack, *upgrade[stack], []), "update")
+    for tier in ("cold", "warm"):
+        added = set(updated[f"StorageClass/{tier}"].fields) - set(
+            without_decision_records(updated[f"StorageClass/{tier}"].fields)
+        )
+        assert {f.removeprefix(DECISION_RECORD) for f in added} >= {"checkpoint-interval", "acceptable-cold-start"}
+
+
 @pytest.mark.parametrize("stack", STACKS)
 def test_upgrade_changes_the_cold_mount_options_for_new_volumes_only(upgrade, stack):
     diff = plan_diff.diff_stack(stack, *upgrade[stack], [])
     cold = by_action(diff, "update")["StorageClass/cold"]
-    assert cold.fields == [".mountOptions[11]"]
+    assert without_decision_records(cold.fields) == [".mountOptions[11]"]
     (note,) = cold.notes
     assert '"verify-cache-checksum=extend" -> "verify-cache-checksum=shrink"' in note
     assert "reaches only volumes provisioned from now on" in note
@@ -85,7 +103,9 @@ def test_upgrade_updates_in_place_what_the_api_server_lets_change(upgrade, stack
     # No false replace: a StatefulSet's template and replicas, a Ceph cluster's spec, StorageClass annotations.
     assert ".spec.template.spec.containers" in " ".join(updated["StatefulSet/juicefs-meta/redis"].fields)
     assert updated["CephCluster/rook-ceph/rook-ceph"].fields == [".spec.labels", ".spec.monitoring"]
-    assert updated["StorageClass/warm"].fields == [".metadata.annotations.ai-storage-platform/snapshot-class"]
+    assert without_decision_records(updated["StorageClass/warm"].fields) == [
+        ".metadata.annotations.ai-storage-platform/snapshot-class"
+    ]
     assert set(updated["pulumi:providers:kubernetes/kubernetes"].fields) == {
         ".enableConfigMapMutable",
         ".enableSecretMutable",
