@@ -219,3 +219,17 @@ def test_stage_refuses_a_manifest_not_matching_the_pinned_sha256_and_a_malformed
     )
     nowhere = stage(tmp_path / "nowhere", tmp_path / "hot")
     assert nowhere.returncode == 2 and nowhere.stderr.startswith("stage: --source: expected a dataset version")
+
+
+def test_a_dest_holding_another_version_restaged_from_a_damaged_source_is_left_unmarked(packed, tmp_path):
+    hot = tmp_path / "hot"
+    assert stage(packed, hot).returncode == 0  # v1, valid
+    v2 = packed.parent / "v2"
+    (tmp_path / "files" / "sub" / "img0016.bin").write_bytes(os.urandom(2000))  # v2 differs in shard-000002
+    done = cli("pack", str(tmp_path / "files"), "--root", str(tmp_path / "cold"), "--dataset", "toy", "--version", "v2",
+               "--shard-mib", str(8 * 3584 / 2**20))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    expected = corrupt_flip(v2)
+    refused = stage(v2, hot)
+    assert refused.returncode == 1 and expected.replace("v1", "v2") in refused.stderr
+    assert not (hot / "manifest.json").exists()  # neither v1 (its shards are being replaced) nor v2
