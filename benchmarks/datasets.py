@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def save(out: Path, label: str, result: dict) -> None:
     """Add (or replace) the run ``label`` in the results file; other runs stay."""
-    doc = json.loads(out.read_text()) if out.exists() else {"unit": "MB/s = 10^6 bytes per second; one pass each"}
+    doc: dict = json.loads(out.read_text()) if out.exists() else {"unit": "MB/s = 10^6 bytes per second; one pass each"}
     doc.setdefault("runs", {})[label] = result
     tmp = out.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(doc, indent=1) + "\n")
