@@ -1,11 +1,12 @@
 """``python -m ai_storage_training stage --source VERSION_DIR --dest DIR``: copy a packed dataset version (its
 manifest's shards) from the cold tier onto a node-local hot volume, checking each shard's size and CRC32C against
 the manifest from the very bytes written, and write the manifest last: DEST is valid only when its manifest is
-there. DEST's old manifest is removed before any shard is touched, so a refused or interrupted copy is never
-taken for valid. A DEST already holding the version (the same manifest bytes, every shard verified) is not copied
-again. Refusals (exit 1): a manifest missing, truncated, of another version (``--version``, default the name of
-the source directory) or not matching ``--manifest-sha256`` ($AI_STORAGE_DATASET_MANIFEST_SHA256); a shard
-missing or differing. Standard library and google-crc32c only: the init container needs no torch.
+there. DEST's old manifest is removed before any shard is touched and on any refusal, so a refused or
+interrupted copy is never taken for valid. A DEST already holding the version (the same manifest bytes, every
+shard verified) is not copied again. Refusals (exit 1): a manifest missing, truncated, of another version
+(``--version``, default the name of the source directory) or not matching ``--manifest-sha256``
+($AI_STORAGE_DATASET_MANIFEST_SHA256); a shard missing or differing. Standard library and google-crc32c only:
+the init container needs no torch.
 """
 
 from __future__ import annotations
@@ -24,6 +25,13 @@ def _verified(dest: Path, manifest: mf.Manifest, shard: mf.Shard) -> bool:
         return False
     size, crc = mf.file_crc32c(path)
     return (size, crc) == (shard.size, shard.crc32c)
+
+
+def _unmark(dest: Path) -> None:
+    """Remove DEST's manifest (durably): whatever DEST holds is no longer taken for a valid copy."""
+    if (dest / mf.MANIFEST).exists():
+        (dest / mf.MANIFEST).unlink()
+        mf.fsync_dir(dest)
 
 
 def _copy(source: Path, dest: Path, manifest: mf.Manifest, shard: mf.Shard) -> None:
@@ -55,14 +63,17 @@ def stage(
     """Stage ``source`` onto ``dest``; return (manifest, copied: False when DEST already held it verified).
     Raises :class:`manifest.DatasetError` on any refusal, leaving DEST without a manifest."""
     source, dest = Path(source), Path(dest)
-    manifest = mf.load(source, version=source.name if version is None else version, sha256=sha256)
+    try:
+        manifest = mf.load(source, version=source.name if version is None else version, sha256=sha256)
+    except mf.DatasetError:
+        _unmark(dest)
+        raise
     raw = manifest.raw
     dest.mkdir(parents=True, exist_ok=True)
     old = dest / mf.MANIFEST
     if old.is_file() and old.read_bytes() == raw and all(_verified(dest, manifest, s) for s in manifest.shards):
         return manifest, False
-    old.unlink(missing_ok=True)
-    mf.fsync_dir(dest)
+    _unmark(dest)
     listed = {s.name for s in manifest.shards}
     for p in dest.iterdir():  # shards of another version, or leftovers of an interrupted copy
         if p.name not in listed and (mf.SHARD_NAME.fullmatch(p.name) or p.name.startswith(".shard-")):

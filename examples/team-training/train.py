@@ -1,5 +1,6 @@
 """The team's training entry point (the job runs it as /app/train.py in its image): resume from the newest
-complete checkpoint, read the dataset with read-ahead, save every --save-every steps, export the metrics.
+complete checkpoint and its data position, read the dataset with read-ahead, save every --save-every steps,
+export the metrics.
 
 The "model" here is a running byte count so the example runs anywhere; a real job keeps the same calls and puts
 ``torch.save(model.state_dict(), directory / "model.pt")`` in ``save_state`` and ``torch.load`` in
@@ -44,7 +45,9 @@ def main() -> None:
         state = load_state(checkpoint.path) if checkpoint else {"step": 0, "bytes_seen": 0}
 
     while state["step"] < args.steps:
-        for _, sample in PrefetchingReader(files, depth=16, workers=4):
+        # The data position resumes with the checkpoint: one file per step, so the next file is step % len(files)
+        # (a packed dataset keeps its position in ShardDataset's state instead: docs/training.md, Datasets).
+        for _, sample in PrefetchingReader(files[state["step"] % len(files) :], depth=16, workers=4):
             state["step"] += 1
             state["bytes_seen"] += len(sample)  # the training step
             if rank == 0 and state["step"] % args.save_every == 0:

@@ -60,3 +60,14 @@ def test_the_example_job_refuses_an_empty_dataset(tmp_path):
         check=False,
     )
     assert proc.returncode == 2 and "--data: expected files to train on" in proc.stderr
+
+
+def test_the_example_job_resumes_its_data_position_with_its_checkpoint(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(4):
+        (data / f"part-{i}.bin").write_bytes(bytes(1000 * (i + 1)))  # 1000 to 4000 bytes
+    straight = train(data, tmp_path / "straight", "--steps=8", "--save-every=1")
+    assert train(data, tmp_path / "resumed", "--steps=5", "--save-every=1") == "rank 0: step 5, 11000 bytes seen\n"
+    resumed = train(data, tmp_path / "resumed", "--steps=8", "--save-every=1")  # files 2, 3, 4 after the restart
+    assert straight == resumed == "rank 0: step 8, 20000 bytes seen\n"

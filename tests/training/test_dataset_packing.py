@@ -1,0 +1,256 @@
+"""Packing and staging, with the real command: the manifest lists every shard with its size, sample count and
+CRC32C; a published version is immutable; a packer killed with SIGKILL at random points (and the instant its
+manifest appears) never leaves a manifest that lists a missing or incomplete shard; staging copies and verifies,
+skips a verified copy, and refuses (exit 1, DEST never marked valid) a flipped byte, a missing shard, another
+version, a truncated manifest or a manifest not matching the pinned SHA-256."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from ai_storage_training import manifest as mf
+
+REPO = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def cli(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ai_storage_training", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**ENV, **env},
+    )
+
+
+def make_files(directory: Path, count: int, size: int = 2000) -> Path:
+    (directory / "sub").mkdir(parents=True)
+    for i in range(count):
+        (directory / "sub" / f"img{i:04d}.bin").write_bytes(os.urandom(size))
+        (directory / "sub" / f"img{i:04d}.cls").write_text(str(i % 10))
+    (directory / ".hidden").write_text("left out")
+    return directory
+
+
+def intact(version: Path) -> mf.Manifest:
+    """The manifest of ``version``, every shard it lists there with its size and CRC32C."""
+    manifest = mf.load(version)
+    for shard in manifest.shards:
+        assert (version / shard.name).is_file(), f"{shard.name} listed but missing"
+        assert mf.file_crc32c(version / shard.name) == (shard.size, shard.crc32c), f"{shard.name} incomplete"
+    return manifest
+
+
+@pytest.fixture
+def packed(tmp_path) -> Path:
+    files = make_files(tmp_path / "files", 40)
+    done = cli("pack", str(files), "--root", str(tmp_path / "cold"), "--dataset", "toy", "--version", "v1",
+               "--shard-mib", str(8 * 3584 / 2**20))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return tmp_path / "cold" / "toy" / "v1"
+
+
+def test_pack_lists_every_shard_with_size_samples_and_crc32c_and_refuses_to_overwrite_a_published_version(
+    packed, tmp_path
+):
+    manifest = intact(packed)
+    assert (manifest.dataset, manifest.version, manifest.samples) == ("toy", "v1", 40)
+    assert [s.samples for s in manifest.shards] == [8] * 5
+    with tarfile.open(packed / "shard-000000.tar") as tar:
+        assert tar.getnames()[:4] == ["sub/img0000.bin", "sub/img0000.cls", "sub/img0001.bin", "sub/img0001.cls"]
+    raw = (packed / "manifest.json").read_bytes()
+    again = cli(
+        "pack", str(tmp_path / "files"), "--root", str(tmp_path / "cold"), "--dataset", "toy", "--version", "v1"
+    )
+    assert again.returncode == 1
+    assert again.stderr == f"pack: {packed}: version v1 of toy is published (immutable); pack a new one\n"
+    assert (packed / "manifest.json").read_bytes() == raw and intact(packed) == manifest
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--shard-mib", "0"], "pack: --shard-mib: expected a positive size in MiB; got 0.0"),
+        (["--dataset", "../up"], "pack: dataset: expected letters, digits, '.', '_' or '-' (not leading); got '../up'"),
+        (["--version", ""], "pack: version: expected letters, digits, '.', '_' or '-' (not leading); got ''"),
+    ],
+)
+def test_bad_pack_arguments_exit_2_with_one_line_naming_the_argument(tmp_path, args, message):
+    files = make_files(tmp_path / "files", 2)
+    base = ["--root", str(tmp_path / "cold"), "--dataset", "toy", "--version", "v1"]
+    done = cli("pack", str(files), *base, *args)
+    assert (done.returncode, done.stderr) == (2, message + "\n")
+    assert not (tmp_path / "cold" / "toy" / "v1" / "manifest.json").exists()
+    missing = cli("pack", str(tmp_path / "nowhere"), *base)
+    assert (missing.returncode, missing.stderr) == (2, f"pack: SOURCE: expected a directory of files to pack; got "
+                                                       f"{tmp_path / 'nowhere'}\n")  # fmt: skip
+
+
+def test_a_packer_killed_at_random_points_never_leaves_a_manifest_listing_a_missing_or_incomplete_shard(tmp_path):
+    files = make_files(tmp_path / "files", 600)
+    root = tmp_path / "cold"
+    rng = random.Random(27)
+    outcomes = {"published": 0, "unpublished, shards on disk": 0, "nothing yet": 0}
+    span = 0.0
+    for i in range(16):
+        packer = subprocess.Popen(
+            [sys.executable, "-m", "ai_storage_training", "pack", str(files), "--root", str(root), "--dataset",
+             "toy", "--version", f"v{i}", "--shard-mib", str(4 * 3584 / 2**20)],
+            env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        version = root / "toy" / f"v{i}"
+        deadline = time.monotonic() + 60
+        while not version.exists() and packer.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)  # the packer has imported webdataset and starts writing
+        started = time.monotonic()
+        if i % 4 == 0:  # the harshest point: the instant the manifest appears (and how long packing takes)
+            while not (version / "manifest.json").exists() and packer.poll() is None:
+                pass
+            packer.send_signal(signal.SIGKILL)
+            packer.wait(timeout=30)
+            span = time.monotonic() - started
+        else:  # anywhere while it writes (or just after, when a run is quicker than the measured one)
+            try:
+                packer.wait(timeout=rng.uniform(0.0, 0.9 * span))
+            except subprocess.TimeoutExpired:
+                packer.send_signal(signal.SIGKILL)
+                packer.wait(timeout=30)
+        if (version / "manifest.json").exists():
+            assert intact(version).samples == 600
+            outcomes["published"] += 1
+        elif version.exists() and any(version.glob("*shard-*")):
+            outcomes["unpublished, shards on disk"] += 1
+        else:
+            outcomes["nothing yet"] += 1
+    print(f"\npacker kill -9 x16: {outcomes}")
+    assert outcomes["unpublished, shards on disk"] >= 3 and outcomes["published"] >= 4  # kills landed mid-pack
+    # A version left unpublished by a kill is packed again from scratch (its leftovers removed).
+    unpublished = next(v for v in sorted((root / "toy").iterdir()) if not (v / "manifest.json").exists())
+    done = cli("pack", str(files), "--root", str(root), "--dataset", "toy", "--version", unpublished.name)
+    assert done.returncode == 0, done.stderr
+    assert intact(unpublished).samples == 600
+    left = sorted(p.name for p in unpublished.iterdir() if not p.name.startswith(".pack"))
+    assert left == sorted([s.name for s in mf.load(unpublished).shards] + ["manifest.json"])
+
+
+def stage(source: Path, dest: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    return cli("stage", "--source", str(source), "--dest", str(dest), *args, **env)
+
+
+def test_stage_copies_and_verifies_then_skips_a_verified_copy_and_recopies_a_damaged_one(packed, tmp_path):
+    hot = tmp_path / "hot"
+    first = stage(packed, hot)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == f"staged dataset toy version v1 (5 shards, 40 samples) in {hot}\n"
+    assert intact(hot) == intact(packed)
+    mtimes = {p.name: p.stat().st_mtime_ns for p in hot.iterdir()}
+    second = stage(packed, hot)
+    assert second.returncode == 0
+    assert second.stdout.startswith("already staged and verified, nothing copied: dataset toy version v1")
+    assert {p.name: p.stat().st_mtime_ns for p in hot.iterdir()} == mtimes
+    (hot / "shard-000003.tar").write_bytes(b"")  # the local copy damaged since: not taken as verified
+    third = stage(packed, hot)
+    assert third.returncode == 0 and third.stdout.startswith("staged ")
+    assert intact(hot) == intact(packed)
+
+
+def corrupt_flip(version: Path) -> str:
+    path = version / "shard-000002.tar"
+    data = bytearray(path.read_bytes())
+    data[900] ^= 1
+    path.write_bytes(bytes(data))
+    return "shard shard-000002.tar of dataset toy version v1: CRC32C"
+
+
+def corrupt_missing(version: Path) -> str:
+    (version / "shard-000004.tar").unlink()
+    return "shard shard-000004.tar of dataset toy version v1: missing"
+
+
+def corrupt_version(version: Path) -> str:
+    body = json.loads((version / "manifest.json").read_text())
+    body["version"] = "v2"
+    (version / "manifest.json").write_text(json.dumps(body))
+    return "holds version 'v2' of toy; expected 'v1'"
+
+
+def corrupt_truncated(version: Path) -> str:
+    raw = (version / "manifest.json").read_bytes()
+    (version / "manifest.json").write_bytes(raw[: len(raw) - 40])
+    return "manifest.json: truncated or not JSON"
+
+
+@pytest.mark.parametrize("corrupt", [corrupt_flip, corrupt_missing, corrupt_version, corrupt_truncated])
+def test_stage_refuses_a_damaged_source_and_never_marks_dest_valid(packed, tmp_path, corrupt):
+    hot = tmp_path / "hot"
+    assert stage(packed, hot).returncode == 0
+    (hot / "manifest.json").unlink()
+    (hot / "shard-000002.tar").unlink()  # an interrupted earlier staging: DEST must be copied again
+    (hot / "shard-000004.tar").unlink()
+    valid = tmp_path / "valid"
+    assert stage(packed, valid).returncode == 0
+    expected = corrupt(packed)
+    manifest_damaged = corrupt in (corrupt_version, corrupt_truncated)
+    for dest in (hot, valid) if manifest_damaged else (hot,):
+        refused = stage(packed, dest)
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        assert expected in refused.stderr and refused.stderr.endswith(f"; {dest} is not marked valid\n")
+        assert "Traceback" not in refused.stderr
+        assert not (dest / "manifest.json").exists()  # never marked valid, though `valid` held the old version
+    if not manifest_damaged:  # a copy already verified against the same manifest stays valid: its bytes are
+        skipped = stage(packed, valid)  # checked, the damaged source is not read
+        assert skipped.returncode == 0 and skipped.stdout.startswith("already staged and verified")
+
+
+def test_stage_refuses_a_manifest_not_matching_the_pinned_sha256_and_a_malformed_pin(packed, tmp_path):
+    good = hashlib.sha256((packed / "manifest.json").read_bytes()).hexdigest()
+    refused = stage(packed, tmp_path / "hot", AI_STORAGE_DATASET_MANIFEST_SHA256="ab" * 32)
+    assert refused.returncode == 1 and f"SHA-256 {good} does not match the expected {'ab' * 32}" in refused.stderr
+    assert not (tmp_path / "hot" / "manifest.json").exists()
+    assert stage(packed, tmp_path / "hot", "--manifest-sha256", good).returncode == 0
+    bad = stage(packed, tmp_path / "hot", "--manifest-sha256", "xyz")
+    assert (bad.returncode, bad.stderr) == (
+        2,
+        "stage: --manifest-sha256: manifest SHA-256: expected 64 hex digits; got 'xyz' "
+        "(or $AI_STORAGE_DATASET_MANIFEST_SHA256)\n",
+    )
+    nowhere = stage(tmp_path / "nowhere", tmp_path / "hot")
+    assert nowhere.returncode == 2 and nowhere.stderr.startswith("stage: --source: expected a dataset version")
+
+
+def test_a_dest_holding_another_version_restaged_from_a_damaged_source_is_left_unmarked(packed, tmp_path):
+    hot = tmp_path / "hot"
+    assert stage(packed, hot).returncode == 0  # v1, valid
+    v2 = packed.parent / "v2"
+    (tmp_path / "files" / "sub" / "img0016.bin").write_bytes(os.urandom(2000))  # v2 differs in shard-000002
+    done = cli("pack", str(tmp_path / "files"), "--root", str(tmp_path / "cold"), "--dataset", "toy", "--version", "v2",
+               "--shard-mib", str(8 * 3584 / 2**20))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    expected = corrupt_flip(v2)
+    refused = stage(v2, hot)
+    assert refused.returncode == 1 and expected.replace("v1", "v2") in refused.stderr
+    assert not (hot / "manifest.json").exists()  # neither v1 (its shards are being replaced) nor v2
+
+
+def test_files_from_packs_only_the_listed_paths(tmp_path):
+    files = make_files(tmp_path / "files", 6)
+    listing = tmp_path / "list.txt"
+    listing.write_text("sub/img0001.bin\nsub/img0001.cls\n\nsub/img0004.bin\n")
+    done = cli("pack", str(files), "--root", str(tmp_path / "cold"), "--dataset", "toy", "--version", "v1",
+               "--files-from", str(listing))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with tarfile.open(tmp_path / "cold" / "toy" / "v1" / "shard-000000.tar") as tar:
+        assert tar.getnames() == ["sub/img0001.bin", "sub/img0001.cls", "sub/img0004.bin"]
+    assert intact(tmp_path / "cold" / "toy" / "v1").samples == 2

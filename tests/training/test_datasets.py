@@ -1,0 +1,212 @@
+"""Packed datasets with real torch: 2 ranks (gloo) x 2 DataLoader workers read every sample of an epoch once, a
+job killed with SIGKILL after saving its StatefulDataLoader state resumes with exactly the samples it had not
+yielded, the same seed gives the same order, each refusal of the reader names the shard, the version and what
+differs, and a scrape of the training process counts every read its workers made."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ai_storage_training import manifest as mf
+from ai_storage_training.pack import pack
+
+pytest.importorskip("torch")
+from ai_storage_training.datasets import ShardDataset
+
+JOB = [sys.executable, str(Path(__file__).with_name("dataset_job.py"))]
+SAMPLES = 96
+REPO = Path(__file__).resolve().parents[2]
+
+
+def make_files(directory: Path, count: int = SAMPLES) -> Path:
+    directory.mkdir(parents=True)
+    for i in range(count):
+        (directory / f"img{i:04d}.bin").write_bytes(os.urandom(2000))
+        (directory / f"img{i:04d}.cls").write_text(str(i % 10))
+    return directory
+
+
+@pytest.fixture
+def version(tmp_path) -> Path:
+    """96 samples packed into 16 shards of 6 (2 ranks x 2 workers get 4 shards each)."""
+    result = pack(
+        make_files(tmp_path / "files"), tmp_path / "datasets", "toy", "v1", shard_bytes=6 * 3584
+    )  # 3584: a sample's two tar members
+    assert [s.samples for s in result.shards] == [6] * 16
+    return tmp_path / "datasets" / "toy" / "v1"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ranks(*args: str, world: int = 2, **env: str) -> list[subprocess.Popen]:
+    """``world`` ranks of the job (gloo on loopback); ``{rank}`` in an argument becomes the rank."""
+    port = str(free_port())
+    return [
+        subprocess.Popen(
+            [*JOB, *(a.format(rank=r) for a in args)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            env={
+                **os.environ,
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": port,
+                "RANK": str(r),
+                "WORLD_SIZE": str(world),
+                "PYTHONPATH": str(REPO),
+                **env,
+            },
+        )
+        for r in range(world)
+    ]
+
+
+def finish(procs: list[subprocess.Popen]) -> list[list[str]]:
+    out = []
+    try:
+        for p in procs:
+            stdout, stderr = p.communicate(timeout=180)
+            assert p.returncode == 0, stderr[-3000:]
+            out.append(json.loads(stdout.strip().splitlines()[-1]))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    return out
+
+
+def all_keys() -> list[str]:
+    return [f"img{i:04d}" for i in range(SAMPLES)]
+
+
+def test_two_ranks_of_two_workers_read_every_sample_once_and_the_seed_fixes_the_order(version):
+    first = finish(ranks("epoch", "--data", str(version), "--seed", "7"))
+    assert sorted(first[0] + first[1]) == all_keys()  # every sample once, across ranks and workers
+    assert len(first[0]) == len(first[1]) == SAMPLES // 2
+    again = finish(ranks("epoch", "--data", str(version), "--seed", "7"))
+    assert again == first  # same seed, same order on each rank
+    other = finish(ranks("epoch", "--data", str(version), "--seed", "7", "--epoch", "1"))
+    assert sorted(other[0] + other[1]) == all_keys() and other != first  # the next epoch: another order
+
+
+def test_a_job_killed_after_saving_its_loader_state_resumes_with_exactly_the_samples_not_yet_yielded(version, tmp_path):
+    uninterrupted = finish(ranks("epoch", "--data", str(version), "--seed", "3"))
+    state = str(tmp_path / "rank{rank}.pt")
+    procs = ranks("save", "--data", str(version), "--seed", "3", "--after", "5", "--state", state)
+    for p in procs:
+        assert p.stdout is not None and p.stdout.readline() == "saved\n"
+    for p in procs:
+        os.killpg(p.pid, signal.SIGKILL)  # the rank and its DataLoader workers, mid-epoch
+        p.wait(timeout=30)
+        assert p.returncode == -signal.SIGKILL
+    resumed = finish(ranks("resume", "--data", str(version), "--seed", "3", "--state", state))
+    for r in range(2):
+        before = json.loads(Path(state.format(rank=r) + ".keys").read_text())
+        assert len(before) == 15 and resumed[r]  # killed mid-epoch, and there was more to read
+        assert before + resumed[r] == uninterrupted[r]  # nothing repeated, nothing skipped, same order
+
+
+def test_a_scrape_of_the_training_process_counts_every_read_its_two_workers_made(version, tmp_path):
+    multiproc = tmp_path / "prometheus"
+    multiproc.mkdir()
+    (proc,) = ranks("metrics", "--data", str(version), world=1, PROMETHEUS_MULTIPROC_DIR=str(multiproc))
+    stdout, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 0, stderr[-3000:]
+    scrape = {
+        line.rpartition(" ")[0]: float(line.rpartition(" ")[2])
+        for line in stdout.splitlines()
+        if line.startswith("ai_storage_")
+    }
+    shards = mf.load(version).shards
+    reads = scrape["ai_storage_prefetch_hits_total"] + scrape["ai_storage_prefetch_misses_total"]
+    assert reads == len(shards) == 16  # every shard the 2 workers read, none in the main process
+    assert scrape["ai_storage_read_bytes_total"] == sum(s.size for s in shards)
+    assert scrape["ai_storage_read_seconds_count"] == len(shards)
+
+
+def flip_byte(path: Path, offset: int = 700) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def read_until_refused(dataset: ShardDataset) -> tuple[list[dict], str]:
+    got: list[dict] = []
+    with pytest.raises(mf.DatasetError) as refused:
+        for sample in dataset:
+            got.append(sample)
+    return got, str(refused.value)
+
+
+def test_a_flipped_byte_refuses_the_shard_before_any_of_its_samples_is_used(version):
+    flip_byte(version / "shard-000005.tar")  # same size, one byte of a sample's data
+    got, error = read_until_refused(ShardDataset(version, shuffle_buffer=1))
+    assert "shard shard-000005.tar of dataset toy version v1: CRC32C" in error and "manifest says" in error
+    assert not [s for s in got if s["__url__"] == "shard-000005.tar"]
+
+
+def test_a_shard_of_another_size_or_a_missing_shard_is_refused(version):
+    shard = version / "shard-000002.tar"
+    size = shard.stat().st_size
+    shard.write_bytes(shard.read_bytes() + b"\0" * 512)
+    assert (
+        f"shard-000002.tar of dataset toy version v1: size {size + 512} bytes, manifest says {size}"
+        in (read_until_refused(ShardDataset(version))[1])
+    )
+    shard.unlink()
+    assert "shard-000002.tar of dataset toy version v1: missing" in read_until_refused(ShardDataset(version))[1]
+
+
+def test_a_shard_holding_another_sample_count_than_its_manifest_entry_is_refused(tmp_path, version):
+    body = json.loads((version / "manifest.json").read_text())
+    body["shards"][3]["samples"] += 1
+    body["samples"] += 1
+    (version / "manifest.json").write_text(json.dumps(body))
+    error = read_until_refused(ShardDataset(version))[1]
+    assert "shard-000003.tar of dataset toy version v1: 6 samples, manifest says 7" in error
+
+
+def test_a_manifest_of_another_version_a_truncated_one_or_one_not_matching_the_pinned_hash_is_refused(
+    version, monkeypatch
+):
+    with pytest.raises(mf.DatasetError, match="holds version 'v1' of toy; expected 'v2'"):
+        ShardDataset(version, version="v2")
+    good = mf.load(version).sha256
+    monkeypatch.setenv(mf.SHA256_VARIABLE, "0" * 64)
+    with pytest.raises(mf.DatasetError, match=f"SHA-256 {good} does not match the expected 0000"):
+        ShardDataset(version)
+    monkeypatch.setenv(mf.SHA256_VARIABLE, good)
+    assert ShardDataset(version).manifest.sha256 == good
+    raw = (version / "manifest.json").read_bytes()
+    (version / "manifest.json").write_bytes(raw[: len(raw) // 2])
+    monkeypatch.delenv(mf.SHA256_VARIABLE)
+    with pytest.raises(mf.DatasetError, match=r"manifest\.json: truncated or not JSON"):
+        ShardDataset(version)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"shuffle_buffer": 0}, "shuffle_buffer: expected an integer >= 1; got 0"),
+        ({"readahead": "2"}, "readahead: expected an integer >= 1; got '2'"),
+        ({"rank": 1}, "rank, world_size: give both or neither"),
+        ({"rank": 2, "world_size": 2}, r"rank: expected 0 <= rank < world_size \(2\); got 2"),
+    ],
+)
+def test_bad_reader_arguments_are_refused_with_the_argument_named(version, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ShardDataset(version, **kwargs)
