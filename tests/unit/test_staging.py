@@ -175,7 +175,7 @@ def test_a_platform_runtime_stages_for_its_trainjobs_with_its_image():
         "--dest",
         "/staged/imagenet/v2",
     ]
-    assert pod["securityContext"] == {"fsGroup": 10001}  # the non-root init container can write the new volume
+    assert pod["securityContext"]["fsGroup"] == 10001  # the non-root init container can write the new volume
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["staged"]["ephemeral"]["volumeClaimTemplate"]["spec"]["storageClassName"] == "ai-hot"
     (node,) = pod["containers"]
