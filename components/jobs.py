@@ -91,15 +91,17 @@ def team_pod(
     landing: dict[str, list[dict[str, Any]]] | None = None,
 ) -> dict:
     """A training pod of the team: its queue, non-root as ``uid``, the /data and /checkpoints claims mounted in
-    ``container`` (whose root filesystem stays writable: training code writes caches and temporary files),
-    and the checkpoint ``landing`` volume, mount and variables (``checkpoints.landing``) when given."""
+    ``container`` (whose root filesystem stays writable: training code writes caches and temporary files), the
+    metrics' multiprocess directory (``training.metrics_dir``) and the checkpoint ``landing`` volume, mount and
+    variables (``checkpoints.landing``) when given."""
     mounts, volumes = training.claim_volumes(dataset_claim, checkpoint_claim)
     security = {**kube.restricted_container(uid), "readOnlyRootFilesystem": False}
     container = {**container, "volumeMounts": mounts, "securityContext": security}
-    if landing and landing["volumes"]:
-        container["env"] = [*container.get("env", []), *landing["env"]]
-        container["volumeMounts"] = [*mounts, *landing["volumeMounts"]]
-        volumes = [*volumes, *landing["volumes"]]
+    for extra in (training.metrics_dir(), landing or {}):
+        if extra.get("volumes"):
+            container["env"] = [*container.get("env", []), *extra["env"]]
+            container["volumeMounts"] = [*container["volumeMounts"], *extra["volumeMounts"]]
+            volumes = [*volumes, *extra["volumes"]]
     return {
         "metadata": {"annotations": {volcano.QUEUE_ANNOTATION: queue}},
         "spec": {

@@ -42,17 +42,13 @@ METRICS_PORT_NAME = "train-metrics"
 METRICS_PORT = 9095
 """Port the training library serves its metrics on (`ai_storage_training.metrics.serve()`, from
 `$AI_STORAGE_METRICS_PORT`)."""
+METRICS_DIR, METRICS_DIR_VOLUME, METRICS_DIR_SIZE = "/var/run/ai-storage-metrics", "metrics-dir", "64Mi"
+"""prometheus_client's multiprocess directory in each training container (an emptyDir; about 16 KiB per process)."""
 V1_NAMESPACE = "kubeflow"
 """Namespace the v1 overlay `standalone` installs into (fixed by the overlay)."""
 V1_DEPLOYMENT = "training-operator"
 GANG_FLAG = f"--gang-scheduler-name={SCHEDULER_NAME}"
-_BUILTIN_RUNTIMES = (
-    "torchDistributed",
-    "deepspeedDistributed",
-    "mlxDistributed",
-    "jaxDistributed",
-    "xgboostDistributed",
-)
+_BUILTIN_RUNTIMES = tuple(f"{name}Distributed" for name in ("torch", "deepspeed", "mlx", "jax", "xgboost"))
 _TORCHTUNE_RUNTIMES = ("llama3_2_1B", "llama3_2_3B", "qwen2_5_1_5B")
 
 
@@ -160,6 +156,17 @@ def metrics_port() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return ports, [{"name": "AI_STORAGE_METRICS_PORT", "value": str(METRICS_PORT)}]
 
 
+def metrics_dir() -> dict[str, list[dict[str, Any]]]:
+    """A training container's ``PROMETHEUS_MULTIPROC_DIR``, so DataLoader workers' counters reach the scrape: an
+    emptyDir (empty at pod start, mode 0777: writable by the non-root user), its mount and the variable (the
+    shape of ``checkpoints.landing``)."""
+    return {
+        "volumeMounts": [{"name": METRICS_DIR_VOLUME, "mountPath": METRICS_DIR}],
+        "env": [{"name": "PROMETHEUS_MULTIPROC_DIR", "value": METRICS_DIR}],
+        "volumes": [{"name": METRICS_DIR_VOLUME, "emptyDir": {"sizeLimit": METRICS_DIR_SIZE}}],
+    }
+
+
 def runtime_spec(
     runtime: RuntimeSettings, checkpoint_claim: str, pod_labels: dict[str, str] | None = None, tier_prefix: str = ""
 ) -> dict[str, Any]:
@@ -170,8 +177,8 @@ def runtime_spec(
     queue = {QUEUE_ANNOTATION: runtime.queue}
     mounts, volumes = claim_volumes(runtime.dataset_claim, checkpoint_claim)
     ports, env = metrics_port()
-    local = checkpoints.landing(runtime.checkpoint_landing, f"{tier_prefix}hot", CHECKPOINT_PATH)
-    mounts, volumes, env = mounts + local["volumeMounts"], volumes + local["volumes"], env + local["env"]
+    for extra in (metrics_dir(), checkpoints.landing(runtime.checkpoint_landing, f"{tier_prefix}hot", CHECKPOINT_PATH)):
+        mounts, volumes, env = mounts + extra["volumeMounts"], volumes + extra["volumes"], env + extra["env"]
     container = {"name": NODE, "image": runtime.image, "ports": ports, "env": env, "volumeMounts": mounts}
     pod: dict[str, Any] = {
         "metadata": {"annotations": queue, "labels": {**METRICS_LABELS, **(pod_labels or {})}},
@@ -310,11 +317,8 @@ class Training(pulumi.ComponentResource):
         self, name: str, runtime: RuntimeSettings, args: TrainingArgs, after: list[pulumi.Resource]
     ) -> pulumi.Output[str]:
         """A ClusterTrainingRuntime; its pods must run beside their dataset's cache where Fluid requires it."""
-        labels = (
-            {f"fluid.io/dataset.{runtime.dataset_claim}.sched": "required"}
-            if runtime.dataset_claim in args.required_datasets
-            else None
-        )
+        required = runtime.dataset_claim in args.required_datasets
+        labels = {f"fluid.io/dataset.{runtime.dataset_claim}.sched": "required"} if required else None
         cr = k8s.apiextensions.CustomResource(
             f"{name}-runtime-{runtime.name}",
             api_version="trainer.kubeflow.org/v1alpha1",

@@ -32,7 +32,7 @@ def test_a_volcano_job_is_gang_scheduled_in_the_team_queue_and_restarts_whole():
     pod = task["template"]["spec"]
     assert pod["restartPolicy"] == "Never" and pod["securityContext"]["runAsNonRoot"] is True
     mounts = {m["mountPath"]: m.get("readOnly", False) for m in pod["containers"][0]["volumeMounts"]}
-    assert mounts == {"/data": True, "/checkpoints": False}
+    assert mounts == {"/data": True, "/checkpoints": False, training.METRICS_DIR: False}
     assert validate_custom_resource(job) == []  # against Volcano's upstream CRD
 
 

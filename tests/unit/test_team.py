@@ -16,6 +16,7 @@ from components.toolchain import render
 from components.toolchain.cli import main
 from tests.conformance.upstream import validate_object
 from tests.conftest import Render, by_name, objects, stack_file
+from tests.unit.test_training import multiproc_dir
 
 EXAMPLE = render.ROOT / "examples" / "team-training"
 
@@ -128,7 +129,7 @@ def test_trainjob_patches_queue_dataset_checkpoints_and_non_root_into_the_node_p
     (container,) = pod["spec"]["containers"]
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     assert mounts["/data"]["readOnly"] is True and "readOnly" not in mounts["/checkpoints"]
-    claims = {v["name"]: v["persistentVolumeClaim"] for v in pod["spec"]["volumes"]}
+    claims = {v["name"]: v["persistentVolumeClaim"] for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v}
     expected = {"data": {"claimName": "imagenet-mini", "readOnly": True}, "checkpoints": {"claimName": "checkpoints"}}
     assert claims == expected
     security = pod["spec"]["securityContext"]
@@ -204,6 +205,20 @@ def test_without_the_landing_volume_the_pod_has_neither_the_volume_nor_the_varia
     assert "checkpoint-landing" not in [v["name"] for v in pod["spec"]["volumes"]]
     assert "/checkpoint-landing" not in [m["mountPath"] for m in container["volumeMounts"]]
     assert not any(e["name"].startswith("AI_STORAGE_CHECKPOINT") for e in container.get("env", []))
+
+
+@pytest.mark.parametrize("stack", ["dev", "dev-volcano"])
+@pytest.mark.parametrize("landing", [False, True])
+def test_the_training_container_gets_a_writable_multiprocess_metrics_dir(render_team, stack, landing):
+    # The TrainJob's patch carries it too (the runtime's volume of the same name merges with it): pods keep it on
+    # a runtime of their own.
+    result, _ = render_team(stack, checkpoint={"landing": {"enabled": landing}})
+    pod = pod_of(result, stack)
+    (container,) = pod["spec"]["containers"]
+    assert multiproc_dir(pod["spec"], container) == {"sizeLimit": "64Mi"}
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True  # restricted: written as the team's user
+    for obj in [o for objs in result.manifests.values() for o in objs]:
+        assert validate_object(obj, "1.33") == [], obj["kind"]
 
 
 def test_the_restore_test_runs_the_job_image_on_the_claim_read_only_as_the_team(render_team):

@@ -11,7 +11,7 @@ from components.settings import SettingsError, load_settings
 from components.training import GANG_FLAG, Training, TrainingArgs, TrainingSettings, v1_operator_transform
 from components.volcano import Volcano, VolcanoArgs, VolcanoSettings
 from tests.conformance.upstream import UPSTREAM, validate_kubernetes_object
-from tests.conftest import by_name, objects
+from tests.conftest import STACKS, by_name, objects
 
 V1_DEPLOYMENT = Path(UPSTREAM) / "kubeflow-training-operator-v1" / "base" / "deployment.yaml"
 
@@ -62,7 +62,7 @@ def test_runtime_mounts_the_dataset_read_only_and_the_checkpoint_claim(build):
     pod = runtime_pod(result)["spec"]
     mounts = {m["mountPath"]: m for m in pod["containers"][0]["volumeMounts"]}
     assert mounts["/data"]["readOnly"] is True and "readOnly" not in mounts["/checkpoints"]
-    claims = {v["name"]: v["persistentVolumeClaim"] for v in pod["volumes"]}
+    claims = {v["name"]: v["persistentVolumeClaim"] for v in pod["volumes"] if "persistentVolumeClaim" in v}
     assert claims["data"] == {"claimName": "imagenet-mini", "readOnly": True}
     assert claims["checkpoints"] == {"claimName": "checkpoints"}
 
@@ -98,6 +98,38 @@ def test_runtime_pods_are_labelled_and_declare_the_port_the_training_metrics_pod
     (node,) = pod["spec"]["containers"]
     assert node["ports"] == [{"name": "train-metrics", "containerPort": 9095, "protocol": "TCP"}]
     assert {"name": "AI_STORAGE_METRICS_PORT", "value": "9095"} in node["env"]
+
+
+def multiproc_dir(pod_spec: dict, container: dict) -> dict:
+    """The emptyDir the container's ``PROMETHEUS_MULTIPROC_DIR`` points at, mounted writable in it."""
+    (path,) = [e["value"] for e in container.get("env", []) if e["name"] == "PROMETHEUS_MULTIPROC_DIR"]
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == path]
+    assert not mount.get("readOnly") and "subPath" not in mount
+    (volume,) = [v for v in pod_spec["volumes"] if v["name"] == mount["name"]]
+    return volume["emptyDir"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_runtime_container_of_every_stack_gets_a_writable_multiprocess_metrics_dir(render_stack, stack):
+    result, _ = render_stack(stack)
+    runtimes = objects(result, "ClusterTrainingRuntime")
+    for runtime in runtimes:
+        for job in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
+            pod = job["template"]["spec"]["template"]["spec"]
+            for container in pod["containers"]:
+                # Small and on the node's disk: prometheus_client writes about 16 KiB per process into it.
+                assert multiproc_dir(pod, container) == {"sizeLimit": "64Mi"}, (stack, runtime["metadata"]["name"])
+    assert runtimes  # every stack in the repo runs training runtimes
+
+
+def test_a_runtime_that_stages_and_lands_checkpoints_keeps_the_metrics_dir(build):
+    staging = {"enabled": True, "source": "imagenet", "version": "v1"}
+    runtime = {**RUNTIME, "image": "ghcr.io/example/trainer:1.0.0", "staging": staging}
+    result, _ = build(lambda: training_on_volcano(runtimes=[{**runtime, "checkpointLanding": {"enabled": True}}]))
+    pod = runtime_pod(result)["spec"]
+    (node,) = pod["containers"]
+    assert multiproc_dir(pod, node) == {"sizeLimit": "64Mi"}
+    assert len({v["name"] for v in pod["volumes"]}) == len(pod["volumes"])
 
 
 def test_v1_operator_is_the_pinned_overlay_after_volcano(build):
