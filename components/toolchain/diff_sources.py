@@ -29,6 +29,7 @@ def render_ref(repo: Path, ref: str, out: Path, stacks: list[str] | None = None)
             if other:
                 print(f"warning: {ref} pins {', '.join(sorted(other))}, not installed here", file=sys.stderr)
             names = stacks or sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in tree.glob("Pulumi.*.yaml"))
+            out.mkdir(parents=True, exist_ok=True)  # render --out wants an existing parent folder
             for stack in names:
                 cmd = [sys.executable, "-m", "components", "render", "--stack", stack, "--out", str(out / stack)]
                 proc = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, check=False)

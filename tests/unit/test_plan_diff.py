@@ -340,6 +340,12 @@ def test_acknowledgement_setting_rejects_a_bad_value():
     assert load_settings("dev", {"cluster": {"acknowledgeReplacements": ok}}).cluster.acknowledge_replacements == ok
 
 
+def test_a_git_ref_of_this_program_renders_into_a_folder_that_does_not_exist_yet(tmp_path):
+    # render --out refuses a folder whose parent is missing: the diff makes the side's folder first.
+    rendered = diff_sources.render_ref(ROOT, "HEAD", tmp_path / "base", ["dev"])
+    assert (rendered["dev"] / "plan.json").is_file()
+
+
 def test_cli_renders_a_git_ref_and_reports_a_ref_that_does_not_exist(tmp_path, capsys):
     with pytest.raises(SystemExit) as exited:
         main(["diff", "no-such-ref", str(tmp_path)])
