@@ -25,6 +25,9 @@ RESTORE_SECONDS = Histogram(
     buckets=CHECKPOINT_BUCKETS,
 )
 SAVE_FAILURES = Counter("ai_storage_checkpoint_save_failures_total", "Checkpoint saves that raised.")
+VALIDATION_FAILURES = Counter(
+    "ai_storage_checkpoint_validation_failures_total", "Checkpoints refused by validation (size or CRC32C mismatch)."
+)
 PREFETCH_HITS = Counter("ai_storage_prefetch_hits_total", "Reads whose prefetched data was ready when asked.")
 PREFETCH_MISSES = Counter("ai_storage_prefetch_misses_total", "Reads the job had to wait for.")
 READ_BYTES = Counter("ai_storage_read_bytes_total", "Bytes the prefetching reader returned to the job.")
