@@ -141,7 +141,7 @@ class CheckpointManager(CheckpointStore):
         ]
         if wrong:
             raise CheckpointInvalidError(f"{staging.name} does not hold what its ranks reported: {'; '.join(wrong)}")
-        for rank in range(self.world_size if self.world_size > 1 else 0):
+        for rank in range(self.world_size):
             with contextlib.suppress(FileNotFoundError):
                 (staging / layout.rank_manifest(rank)).unlink()
         final = self.final_path(step)
@@ -180,6 +180,13 @@ class CheckpointManager(CheckpointStore):
         if self.world_size > 1 and not self.is_coordinator:  # the coordinator chose and validated the step
             chosen = ranks.wait_for_resume(self.directory, self.run_id, self.timeout)
             return None if chosen is None else self._lease_step(chosen, timeout, verify="size")
+        leased = self._choose(step, timeout)
+        if self.world_size > 1:
+            ranks.publish_resume(self.directory, self.run_id, leased[0].step if leased else None)
+        return leased
+
+    def _choose(self, step: int | None, timeout: float) -> tuple[Checkpoint, int] | None:
+        """The coordinator's choice: the newest step (or ``step``) that validates, leased; refused ones set aside."""
         leased = None
         while leased is None:
             found = [c for c, _ in self._committed() if step is None or c.step == step]
@@ -188,8 +195,6 @@ class CheckpointManager(CheckpointStore):
             leased = self._lease_step(found[-1].step, timeout, verify=self.verify, refuse=True)
             if leased is None and step is not None:
                 raise CheckpointInvalidError(f"checkpoint of step {step} in {self.directory} was refused (see log)")
-        if self.world_size > 1:
-            ranks.publish_resume(self.directory, self.run_id, leased[0].step if leased else None)
         return leased
 
     def _lease_step(
@@ -266,12 +271,12 @@ class CheckpointManager(CheckpointStore):
 
         return ManagedWriter(self, step, **options)
 
-    def reader(self, step: int | None = None) -> ManagedReader | None:
+    def reader(self, step: int | None = None, *, rollback: bool = False) -> ManagedReader | None:
         """A ``torch.distributed.checkpoint`` storage reader of the newest checkpoint that validates (or ``step``),
-        leased until its data is read; None when there is nothing to resume from."""
+        leased until its data is read; None when there is nothing to resume from. ``rollback`` as in :meth:`load`."""
         from .dcp import open_reader
 
-        return open_reader(self, step)
+        return open_reader(self, step, rollback=rollback)
 
 
 def _copy_one(source: Path, staging: Path, name: str, expected: FileRecord) -> str | None:

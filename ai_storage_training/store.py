@@ -74,7 +74,10 @@ class CheckpointStore:
             raise ValueError(f"verify: expected one of {', '.join(VERIFY_MODES)}; got {verify!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
             raise ValueError(f"timeout: expected a positive number of seconds; got {timeout!r}")
-        run_id = run_id or os.environ.get(RUN_ID_VARIABLE) or (uuid.uuid4().hex if world_size == 1 else None)
+        run_id = run_id or os.environ.get(RUN_ID_VARIABLE)
+        self.shared_run_id = run_id is not None
+        """True when every rank was given the run id (else ``dcp`` shares rank 0's through torch.distributed)."""
+        run_id = run_id or (uuid.uuid4().hex if world_size == 1 else None)
         if run_id is not None and not layout.RUN_ID.match(run_id):
             raise ValueError(f"run_id: expected 1-64 letters, digits, '-' or '_'; got {run_id!r}")
         self.directory = Path(directory)
