@@ -41,11 +41,12 @@ def age(path: Path, seconds: float) -> None:
 
 
 def snapshot(root: Path) -> dict[str, str]:
-    """Every entry under ``root`` with its content's digest and its modification time."""
+    """``root`` and every entry under it with its content's digest and its modification time (a lock file made
+    and removed again changes its directory's)."""
     return {
         str(p.relative_to(root)): f"{hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else 'dir'}"
         f":{p.stat().st_mtime_ns}"
-        for p in root.rglob("*")
+        for p in [root, *root.rglob("*")]
     }
 
 
