@@ -1,0 +1,123 @@
+"""A tiny deterministic PyTorch job whose ranks checkpoint through ``dcp.async_save`` and the manager's writer.
+
+The state at step ``s`` is a pure function of ``s`` (:func:`replay`): a small model trained with AdamW on inputs
+seeded by the step, plus a table sharded across the ranks as a DTensor (``Shard(0)``), so every rank writes its
+own shard and a load on another world size reshards. A rank resuming compares what it loaded with the replay
+and records the verdict in ``<records>/resume-<run id>-<rank>.json``: the test reads those.
+
+:func:`run_rank` is the body of one rank (the test starts ranks through a ``forkserver`` that preloaded torch).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch._dynamo  # AdamW imports it on first use: 2 s; here the forkserver pays it once)
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.tensor import DTensor, Shard, init_device_mesh
+
+from ai_storage_training import CheckpointManager
+
+TABLE_ROWS = 16
+
+
+def make() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+
+def train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
+    inputs = torch.randn(8, 16, generator=torch.Generator().manual_seed(step))
+    model(inputs).square().mean().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+def table_at(step: int) -> torch.Tensor:
+    return torch.arange(TABLE_ROWS * 4, dtype=torch.float32).reshape(TABLE_ROWS, 4) * (step + 1)
+
+
+def shard_of(mesh, step: int) -> DTensor:
+    """This rank's rows of the table at ``step``, as a DTensor sharded over the ranks (no communication)."""
+    rows = table_at(step).chunk(mesh.size())[mesh.get_local_rank()]
+    return DTensor.from_local(rows.clone(), mesh, [Shard(0)], run_check=False)
+
+
+def replay(step: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """The model and optimizer after steps 1..``step`` (step 0: untrained)."""
+    model, optimizer = make()
+    for s in range(1, step + 1):
+        train(model, optimizer, s)
+    return model, optimizer
+
+
+def flat(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+    """Every tensor of the model's and the optimizer's state, by name (for bit-for-bit comparison)."""
+    model_state, optim_state = get_state_dict(model, optimizer)
+    out = {f"model.{k}": v for k, v in model_state.items()}
+    for name, per_param in optim_state["state"].items():
+        for key, value in per_param.items():
+            out[f"optim.{name}.{key}"] = torch.as_tensor(value)
+    return out
+
+
+def identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def run_rank(rank: int, world_size: int, directory: str, records: str, run_id: str, steps: int, keep: int) -> None:
+    """One rank: resume from the newest valid step (checking it bit for bit), then train and save up to ``steps``."""
+    torch.set_num_threads(1)
+    logging.basicConfig(filename=f"{records}/log-{run_id}-{rank}.txt", level=logging.INFO)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{records}/init-{run_id}",
+        rank=rank,
+        world_size=world_size,
+        timeout=timedelta(seconds=30),
+    )
+    mesh = init_device_mesh("cpu", (world_size,))
+    manager = CheckpointManager(directory, keep=keep, run_id=run_id)
+    model, optimizer = make()
+    table = shard_of(mesh, 0)
+    saves = dist.new_group(backend="gloo")  # async saves talk on their own group, beside the training thread
+    start = 0
+    reader = manager.reader()
+    if reader is not None:
+        model_state, optim_state = get_state_dict(model, optimizer)
+        state = {"model": model_state, "optim": optim_state, "table": table, "extra": {"step": -1}}
+        dcp.load(state, storage_reader=reader)
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        start = int(state["extra"]["step"])
+        loaded = state["table"]
+        assert isinstance(loaded, DTensor)
+        verdict = {
+            "step": start,
+            "checkpoint": reader.checkpoint.step,
+            "identical": identical(flat(model, optimizer), flat(*replay(start)))
+            and torch.equal(loaded.full_tensor(), table_at(start)),
+        }
+        Path(records, f"resume-{run_id}-{rank}.json").write_text(json.dumps(verdict))
+    pending = None
+    for step in range(start + 1, steps + 1):
+        train(model, optimizer, step)
+        model_state, optim_state = get_state_dict(model, optimizer)
+        table = shard_of(mesh, step)
+        state = {"model": model_state, "optim": optim_state, "table": table, "extra": {"step": step}}
+        if pending is not None:
+            pending.result()  # at most one save in flight; a background failure surfaces here
+        pending = dcp.async_save(state, storage_writer=manager.writer(step), process_group=saves)
+        time.sleep(float(os.environ.get("DCP_JOB_STEP_SECONDS", "0.05")))
+    if pending is not None:
+        pending.result()
+    dist.barrier()
+    dist.destroy_process_group()
