@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import math
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +76,53 @@ class OutputFile:
         if not parent.is_dir():
             raise _refuse(expected, text, f"{parent}: {_kind(parent)}")
         return path
+
+
+@dataclass(frozen=True)
+class OutputDirectory:
+    """A directory to create or fill: not a file, in a directory that exists (it may exist itself)."""
+
+    what: str = ""
+
+    def __call__(self, text: str) -> Path:
+        path = Path(text)
+        expected = f"a directory to write{f' ({self.what})' if self.what else ''} in an existing directory"
+        if not text:
+            raise _refuse(expected, text, "empty")
+        if os.path.lexists(path) and not path.is_dir():
+            raise _refuse(expected, text, _kind(path))
+        parent = path.absolute().parent
+        if not parent.is_dir():
+            raise _refuse(expected, text, f"{parent}: {_kind(parent)}")
+        return path
+
+
+@dataclass(frozen=True)
+class Name:
+    """A name that is one path component: letters, digits, '.', '_' or '-', not starting with '.' or '-'."""
+
+    what: str = "a name"
+
+    def __call__(self, text: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}", text):
+            why = "empty" if not text else "too long" if len(text) > 128 else "a character or start not allowed"
+            raise _refuse(
+                f"{self.what}: 1-128 letters, digits, '.', '_' or '-', not starting with '.' or '-'", text, why
+            )
+        return text
+
+
+@dataclass(frozen=True)
+class Hex:
+    """Exactly ``digits`` hexadecimal digits (a digest such as SHA-256: 64), returned in lower case."""
+
+    digits: int
+
+    def __call__(self, text: str) -> str:
+        if not re.fullmatch(rf"[0-9A-Fa-f]{{{self.digits}}}", text):
+            why = f"{len(text)} characters" if len(text) != self.digits else "not hexadecimal"
+            raise _refuse(f"{self.digits} hexadecimal digits", text, why)
+        return text.lower()
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ subcommand is covered once wired; an argument that takes any text fails ``test_e
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -47,6 +48,12 @@ def good_value(action: argparse.Action) -> str:
         return "{tmp}/a-file"
     if isinstance(kind, cli_types.OutputFile):
         return "{tmp}/out/report.json"
+    if isinstance(kind, cli_types.OutputDirectory):
+        return "{tmp}/out/new-dir"
+    if isinstance(kind, cli_types.Name):
+        return "v1.0_rc-2"
+    if isinstance(kind, cli_types.Hex):
+        return "aB" * (kind.digits // 2) + "c" * (kind.digits % 2)
     if isinstance(kind, (cli_types.Integer, cli_types.Number)):
         return str(kind.minimum)
     raise AssertionError(f"{name_of(action)}: no good value known for type {kind!r}")
@@ -67,6 +74,24 @@ def bad_values(action: argparse.Action) -> list[tuple[str, str]]:
             ("{tmp}/a-file/report.json", "a file"),
             ("{tmp}/out/", "a directory name"),
         ]
+    if isinstance(kind, cli_types.OutputDirectory):
+        return [
+            ("{tmp}/a-file", "a file"),
+            ("{tmp}/missing/new-dir", "no such path"),
+            ("{tmp}/a-file/new-dir", "a file"),
+            ("", "empty"),
+        ]
+    if isinstance(kind, cli_types.Name):
+        return [
+            ("", "empty"),
+            ("a/b", "not allowed"),
+            ("..", "not allowed"),
+            (".hidden", "not allowed"),
+            ("x" * 129, "too long"),
+        ]
+    if isinstance(kind, cli_types.Hex):
+        digits = kind.digits
+        return [("", "0 characters"), ("a" * (digits + 1), "characters"), ("g" * digits, "not hexadecimal")]
     if isinstance(kind, cli_types.Integer):
         out = [(str(kind.minimum - 1), "out of range"), (str(kind.maximum + 1), "out of range")]
         wrong = [(v, "expected an integer") for v in ("x", "1.5", "nan", "")]
@@ -181,6 +206,30 @@ def test_help_states_the_exit_statuses(sub):
     proc = run_cli(*([sub] if sub else []), "--help")
     assert proc.returncode == 0
     assert " ".join(cli.EXIT_STATUSES.split()) in " ".join(proc.stdout.split())
+
+
+SAMPLES = {
+    cli_types.Directory: cli_types.Directory("the data"),
+    cli_types.File: cli_types.File(),
+    cli_types.OutputFile: cli_types.OutputFile(),
+    cli_types.OutputDirectory: cli_types.OutputDirectory(),
+    cli_types.Name: cli_types.Name("a version"),
+    cli_types.Hex: cli_types.Hex(64),
+    cli_types.Integer: cli_types.Integer(1, 100),
+    cli_types.Number: cli_types.Number(0, 60),
+}
+
+
+def test_every_checked_type_has_rows_and_refuses_each_bad_value(workspace):
+    """The table covers every type, also those no wired subcommand uses yet (in process: the types alone)."""
+    assert set(SAMPLES) == set(CHECKED), "a new type in cli_types: add a sample and its rows here"
+    for kind in SAMPLES.values():
+        action = argparse.ArgumentParser().add_argument("--x", type=kind)
+        good = good_value(action).replace("{tmp}", str(workspace))
+        assert kind(good) is not None
+        for value, words in bad_values(action):
+            with pytest.raises(argparse.ArgumentTypeError, match=re.escape(words)):
+                kind(value.replace("{tmp}", str(workspace)))
 
 
 def test_a_failure_while_running_is_one_line_and_exit_3(monkeypatch, tmp_path, capsys):
