@@ -7,6 +7,7 @@ from . import cli
 
 SUBCOMMANDS = [
     "doctor",
+    "restore_test",
 ]
 """Module names, one a line (a merge adds a line); each module's ``add_parser`` names its subcommand."""
 
