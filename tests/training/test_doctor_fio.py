@@ -117,3 +117,15 @@ def test_a_failing_fio_is_a_warning_finding_and_python_measures(tmp_path, script
     tool = [f for f in report["findings"] if f.get("check") == "fio"]
     assert len(tool) == 1 and tool[0]["status"] == "warning" and reason in tool[0]["detail"]
     assert report["status"] in ("warning", "critical") and "read tool" in proc.stdout
+
+
+def test_a_fio_that_does_not_finish_is_stopped_and_reported(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "fio").write_text("#!/bin/sh\nexec sleep 60\n")
+    (bin_dir / "fio").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setattr(doctor_fio, "TIMEOUT_SECONDS", 1)
+    (tmp_path / "shard.bin").write_bytes(os.urandom(64 * 1024))
+    reads = doctor_reads.read_tests([tmp_path / "shard.bin"], MIB, use_fio=True)
+    assert reads["tool"] == "python" and reads["fio_error"] == "fio did not finish within 1 s"
