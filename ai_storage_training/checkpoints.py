@@ -83,7 +83,10 @@ class CheckpointManager(CheckpointStore):
         self.directory.mkdir(parents=True, exist_ok=True)
         if self.is_coordinator:
             self.clean()
-        fd = _lock(self._lock_path(step), shared=self.world_size > 1)
+        if self.world_size > 1:  # shared with the other ranks; waits out a rank's release (which briefly upgrades)
+            fd: int | None = lock_waiting(self._lock_path(step), shared=True, timeout=self.timeout, what=f"step {step}")
+        else:
+            fd = _lock(self._lock_path(step), shared=False)
         if fd is None:
             raise CheckpointBusyError(f"step {step} in {self.directory} is being saved, read or deleted elsewhere")
         staging = self.staging_path(step)
@@ -209,7 +212,7 @@ class CheckpointManager(CheckpointStore):
             if refuse:
                 return None
             raise FileNotFoundError(f"checkpoint {checkpoint.path} is gone")
-        found = [] if (step, marker.run_id) in self._trusted else problems(checkpoint.path, marker, verify=verify)
+        found = problems(checkpoint.path, marker, verify=verify)  # a restore always reads: no trust by memory
         if not found:
             self._trusted.add((step, marker.run_id))
             return checkpoint, fd

@@ -46,9 +46,8 @@ from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
 from . import layout, metrics, ranks
-from .checkpoints import Checkpoint, CheckpointBusyError, CheckpointManager
-from .commit import FileRecord, crc32c_file, fsync_dir
-from .commit import lock as _lock
+from .checkpoints import Checkpoint, CheckpointManager
+from .commit import FileRecord, crc32c_file, fsync_dir, lock_waiting
 from .commit import unlock as _unlock
 
 METADATA = ".metadata"
@@ -161,11 +160,10 @@ class ManagedWriter(FileSystemWriter):
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
         manager, staging = self.manager, Path(self.path)
-        self._fd = _lock(manager._lock_path(self.step), shared=True)
-        if self._fd is None:
-            metrics.SAVE_FAILURES.inc()
-            raise CheckpointBusyError(f"step {self.step} in {manager.directory} is being saved, read or deleted")
         try:
+            self._fd = lock_waiting(
+                manager._lock_path(self.step), shared=True, timeout=manager.timeout, what=f"step {self.step}"
+            )
             with contextlib.suppress(FileNotFoundError):
                 (staging / layout.rank_manifest(manager.rank)).unlink()  # this rank's, from before
             future = super().write_data(plan, planner)  # DCP's threads are done when it returns
