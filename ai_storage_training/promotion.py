@@ -181,16 +181,22 @@ def restore_manager(local: CheckpointManager | None, durable: CheckpointManager)
 
 
 def managers_from_environment(
-    keep: int | None = 3, *, local_keep: int = 1, **options: Any
+    keep: int | None = 3,
+    *,
+    directory: str | os.PathLike[str] | None = None,
+    local_dir: str | os.PathLike[str] | None = None,
+    local_keep: int = 1,
+    **options: Any,
 ) -> tuple[CheckpointManager, CheckpointManager, Promoter | None]:
-    """``(landing, durable, promoter)`` from ``$AI_STORAGE_CHECKPOINT_DIR`` and, when set,
-    ``$AI_STORAGE_CHECKPOINT_LOCAL_DIR`` (``promoter`` None and ``landing`` the durable manager without it).
-    ``options`` go to every CheckpointManager (rank, world_size, run_id, verify)."""
-    directory = os.environ.get(DIR_VARIABLE, "")
+    """``(landing, durable, promoter)``: the durable directory ``directory`` (default ``$AI_STORAGE_CHECKPOINT_DIR``)
+    and the landing directory ``local_dir`` (default ``$AI_STORAGE_CHECKPOINT_LOCAL_DIR``; ``""``: none). Without a
+    landing directory ``landing`` is the durable manager and ``promoter`` None. ``options`` go to every manager
+    (rank, world_size, run_id, verify)."""
+    directory = directory or os.environ.get(DIR_VARIABLE, "")
     if not directory:
         raise ValueError(f"{DIR_VARIABLE}: expected the durable checkpoint directory (the checkpoint claim's mount)")
     durable = CheckpointManager(directory, keep=keep, **options)
-    local_dir = os.environ.get(LOCAL_DIR_VARIABLE, "")
+    local_dir = os.environ.get(LOCAL_DIR_VARIABLE, "") if local_dir is None else local_dir
     if not local_dir:
         return durable, durable, None
     local = CheckpointManager(local_dir, keep=None, **options)
