@@ -160,3 +160,34 @@ def test_lag_seconds_count_from_the_oldest_request_not_yet_durable():
     assert tracker.seconds() == 20.0 and tracker.steps() == 10 and tracker.in_flight() == 1
     tracker.durable(20)
     assert tracker.seconds() == 0.0 and tracker.steps() == 0 and tracker.in_flight() == 0
+
+
+def test_a_dcp_async_save_returns_before_the_write_and_holds_a_copy_of_the_state(tmp_path, own_lag):
+    torch = pytest.importorskip("torch")
+    import torch.distributed.checkpoint as dcp
+
+    from ai_storage_training.dcp import ManagedWriter
+
+    gate = threading.Event()
+
+    class SlowWriter(ManagedWriter):
+        def write_data(self, plan, planner):
+            assert gate.wait(60), "the test never opened the gate"
+            return super().write_data(plan, planner)
+
+    class SlowManager(CheckpointManager):
+        def writer(self, step, **options):
+            return SlowWriter(self, step, **options)
+
+    manager = SlowManager(tmp_path, keep=None)
+    weights = torch.arange(1024, dtype=torch.float32)
+    with AsyncCheckpointer(manager, lag=own_lag) as checkpointer:
+        future = checkpointer.save_dcp(3, {"weights": weights, "train": {"step": 3}})
+        assert not future.done() and manager.latest() is None and own_lag.in_flight() == 1
+        weights.fill_(-1.0)  # the job trains on while the write waits
+        gate.set()
+    assert future.done() and future.exception() is None and manager.latest().step == 3
+    restored = {"weights": torch.zeros(1024), "train": {"step": -1}}
+    dcp.load(restored, storage_reader=manager.reader())
+    assert torch.equal(restored["weights"], torch.arange(1024, dtype=torch.float32)) and restored["train"]["step"] == 3
+    assert own_lag.in_flight() == 0 and own_lag.steps() == 0
