@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import os
 import random
-import signal
 import time
 import uuid
 from pathlib import Path
@@ -141,11 +139,10 @@ def test_kill_9_of_a_rank_all_ranks_or_the_coordinator_never_commits_a_partial_o
             "all ranks": list(range(world_size)),
         }[("one rank", "coordinator", "all ranks")[iteration % 3]]
         for victim in victims:
-            os.kill(ranks[victim].pid, signal.SIGKILL)
+            ranks[victim].kill()  # SIGKILL (nothing if it already ended)
         time.sleep(chance.uniform(0.0, 0.3))  # the survivors go on for a moment, then the agent stops them
         for rank in ranks:
-            if rank.is_alive():
-                os.kill(rank.pid, signal.SIGKILL)
+            rank.kill()
             rank.join(30)
         committed_steps_are_whole(directory)
     final = run(world_size, directory, records, steps=max(committed_steps_are_whole(directory) or [0]) + 2, keep=2)
