@@ -5,15 +5,19 @@ seeded by the step, plus a table sharded across the ranks as a DTensor (``Shard(
 own shard and a load on another world size reshards. A rank resuming compares what it loaded with the replay
 and records the verdict in ``<records>/resume-<run id>-<rank>.json``: the test reads those.
 
-:func:`run_rank` is the body of one rank (the test starts ranks through a ``forkserver`` that preloaded torch).
+:func:`run_rank` is the body of one rank; the test side (:func:`launch`, :func:`kill_loop`) starts ranks through
+a ``forkserver`` that preloaded this module and torch, so a rank starts in a fraction of a second.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import multiprocessing
 import os
+import random
 import time
+import uuid
 from datetime import timedelta
 from pathlib import Path
 
@@ -24,7 +28,8 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.tensor import DTensor, Shard, init_device_mesh
 
-from ai_storage_training import CheckpointManager
+from ai_storage_training import CheckpointManager, layout
+from ai_storage_training.commit import problems, read_marker
 
 TABLE_ROWS = 16
 
@@ -121,3 +126,82 @@ def run_rank(rank: int, world_size: int, directory: str, records: str, run_id: s
         pending.result()
     dist.barrier()
     dist.destroy_process_group()
+
+
+# The test side: start ranks from a forkserver that preloaded this module (and torch), and check what they left.
+
+CONTEXT = multiprocessing.get_context("forkserver")
+CONTEXT.set_forkserver_preload([__name__])
+
+
+def launch(world_size: int, directory: Path, records: Path, steps: int, keep: int = 3) -> tuple[str, list]:
+    run_id = uuid.uuid4().hex[:12]
+    ranks = [
+        CONTEXT.Process(target=run_rank, args=(r, world_size, str(directory), str(records), run_id, steps, keep))
+        for r in range(world_size)
+    ]
+    for rank in ranks:
+        rank.start()
+    return run_id, ranks
+
+
+def run(world_size: int, directory: Path, records: Path, steps: int, keep: int = 3) -> str:
+    run_id, ranks = launch(world_size, directory, records, steps, keep)
+    for rank in ranks:
+        rank.join(120)
+    assert [rank.exitcode for rank in ranks] == [0] * world_size, (records / f"log-{run_id}-0.txt").read_text()
+    return run_id
+
+
+def resumed(records: Path, run_id: str) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(records.glob(f"resume-{run_id}-*.json"))]
+
+
+def committed_steps_are_whole(directory: Path) -> list[int]:
+    """Every committed step: its marker lists ``.metadata`` and a shard of every rank of one run, and every listed
+    file validates (size and CRC32C). Returns the committed steps."""
+    steps = []
+    for path in sorted(directory.glob(layout.STEP_GLOB)):
+        marker = read_marker(path)
+        if marker is None:
+            continue
+        ranks_with_shards = {record.rank for name, record in marker.files.items() if name.endswith(".distcp")}
+        assert ".metadata" in marker.files and ranks_with_shards == set(range(marker.world_size)), (path, marker)
+        assert {f"__{r}_0.distcp" for r in range(marker.world_size)} <= set(marker.files), marker
+        assert problems(path, marker) == [], path
+        assert not [p.name for p in path.iterdir() if p.name not in marker.files and p.name != layout.MARKER]
+        steps.append(marker.step)
+    return steps
+
+
+def kill_loop(root: Path, world_size: int, iterations: int) -> None:
+    """Each iteration starts the job, kills one rank, the coordinator or every rank with SIGKILL at a random point
+    (startup, restore, training, a save in flight), then the rest (as torchrun does); what is committed must be
+    whole, and each restart resumes bit for bit from a whole step."""
+    directory, records = root / "ckpt", root / "records"
+    records.mkdir()
+    chance = random.Random(world_size)
+    runs, newest = [], 0
+    for iteration in range(iterations):
+        run_id, ranks = launch(world_size, directory, records, steps=10_000, keep=2)
+        runs.append(run_id)
+        time.sleep(chance.uniform(0.3, 2.5))
+        victims = {
+            "one rank": [chance.randrange(1, world_size)],
+            "coordinator": [0],
+            "all ranks": list(range(world_size)),
+        }[("one rank", "coordinator", "all ranks")[iteration % 3]]
+        for victim in victims:
+            ranks[victim].kill()  # SIGKILL (nothing if it already ended)
+        time.sleep(chance.uniform(0.0, 0.3))  # the survivors go on for a moment, then the agent stops them
+        for rank in ranks:
+            rank.kill()
+            rank.join(30)
+        steps = committed_steps_are_whole(directory)
+        assert max(steps, default=0) >= newest, (steps, newest)  # the newest durable step survives every kill
+        newest = max(steps, default=0)
+    final = run(world_size, directory, records, steps=max(committed_steps_are_whole(directory) or [0]) + 2, keep=2)
+    verdicts = [v for run_id in [*runs, final] for v in resumed(records, run_id)]
+    assert verdicts and all(v["identical"] for v in verdicts), verdicts
+    assert any(v["step"] > 0 for v in verdicts)
+    assert len(committed_steps_are_whole(directory)) == 2
