@@ -22,10 +22,8 @@ import contextlib
 import fcntl
 import json
 import os
-import shutil
 import time
 import uuid
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -248,8 +246,3 @@ def move_aside(path: Path, into: Path) -> Path:
     fsync_dir(path.parent)
     fsync_dir(into)
     return target
-
-
-def remove_all(paths: Iterable[Path]) -> None:
-    for path in paths:
-        shutil.rmtree(path, ignore_errors=True)
