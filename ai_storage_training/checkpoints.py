@@ -183,7 +183,12 @@ class CheckpointManager(CheckpointStore):
         if self.world_size > 1 and not self.is_coordinator:  # the coordinator chose and validated the step
             chosen = ranks.wait_for_resume(self.directory, self.run_id, self.timeout)
             return None if chosen is None else self._lease_step(chosen, timeout, verify="size")
-        leased = self._choose(step, timeout)
+        try:
+            leased = self._choose(step, timeout)
+        except Exception as error:
+            if self.world_size > 1:
+                ranks.publish_resume(self.directory, self.run_id, None, error=str(error))
+            raise
         if self.world_size > 1:
             ranks.publish_resume(self.directory, self.run_id, leased[0].step if leased else None)
         return leased

@@ -93,9 +93,9 @@ def wait_for_commit(final: Path, staging: Path, *, run_id: str, timeout: float) 
         time.sleep(POLL_SECONDS)
 
 
-def publish_resume(directory: Path, run_id: str, step: int | None) -> None:
-    """The coordinator's restore decision for the other ranks of ``run_id``."""
-    write_json_atomically(directory / layout.resume_file(run_id), {"step": step})
+def publish_resume(directory: Path, run_id: str, step: int | None, error: str | None = None) -> None:
+    """The coordinator's restore decision for the other ranks of ``run_id`` (or why it could not decide)."""
+    write_json_atomically(directory / layout.resume_file(run_id), {"step": step, "error": error})
 
 
 def wait_for_resume(directory: Path, run_id: str, timeout: float) -> int | None:
@@ -103,11 +103,15 @@ def wait_for_resume(directory: Path, run_id: str, timeout: float) -> int | None:
     deadline = time.monotonic() + timeout
     while True:
         try:
-            step = json.loads((directory / layout.resume_file(run_id)).read_text())["step"]
-            return None if step is None else int(step)
+            decision = json.loads((directory / layout.resume_file(run_id)).read_text())
+            step, error = decision["step"], decision.get("error")
         except (OSError, ValueError, KeyError, TypeError):
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"the coordinator of run {run_id} chose no step to resume from within {timeout}s"
                 ) from None
             time.sleep(POLL_SECONDS)
+            continue
+        if error:
+            raise RuntimeError(f"the coordinator of run {run_id} chose no step to resume from: {error}")
+        return None if step is None else int(step)

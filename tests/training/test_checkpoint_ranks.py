@@ -12,7 +12,9 @@ import time
 import uuid
 from pathlib import Path
 
-from ai_storage_training import CheckpointManager, layout
+import pytest
+
+from ai_storage_training import CheckpointInvalidError, CheckpointManager, layout
 from ai_storage_training.commit import problems, read_marker
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -133,3 +135,15 @@ def test_kill_9_of_any_rank_at_any_moment_never_commits_a_step_lacking_a_shard(t
 def test_one_process_with_a_run_id_of_its_own_keeps_working_alone(tmp_path):
     manager = CheckpointManager(tmp_path, run_id="solo")
     assert manager.save(1, lambda d: (d / "state").write_text("1:0:solo")).path == tmp_path / layout.step_dir(1)
+
+
+def test_when_the_coordinator_refuses_the_step_asked_for_every_rank_hears_why(tmp_path):
+    _, ranks = start(tmp_path, 2, last=1)
+    assert [rank.wait(60) for rank in ranks] == [0, 0]
+    (tmp_path / layout.step_dir(1) / layout.rank_dir(0) / "state").write_text("x")
+    managers = [CheckpointManager(tmp_path, rank=r, world_size=2, run_id="again", timeout=5) for r in (0, 1)]
+    with pytest.raises(CheckpointInvalidError, match="step 1"), managers[0].load(step=1):
+        pass
+    refused = r"chose no step to resume from: checkpoint of step 1 .* was refused"
+    with pytest.raises(RuntimeError, match=refused), managers[1].load(step=1):
+        pass
