@@ -4,6 +4,7 @@ forkserver that preloaded torch), saving with ``dcp.async_save`` into the manage
 from __future__ import annotations
 
 import pytest
+from prometheus_client import REGISTRY
 
 torch = pytest.importorskip("torch")
 
@@ -72,3 +73,38 @@ def test_kill_9_of_a_rank_all_ranks_or_the_coordinator_never_commits_a_partial_o
 ):
     """See :func:`dcp_job.kill_loop`: on a local disk here, on the JuiceFS mount in tests/datapath."""
     dcp_job.kill_loop(tmp_path, world_size, iterations)
+
+
+def test_dcp_saves_and_restores_are_measured_and_a_refusal_counted(tmp_path):
+    def sample(name: str) -> float:
+        return REGISTRY.get_sample_value(name) or 0.0
+
+    manager = CheckpointManager(tmp_path, keep=None)
+    model, _ = dcp_job.make()
+    saves, restores = (
+        sample("ai_storage_checkpoint_save_seconds_count"),
+        sample("ai_storage_checkpoint_restore_seconds_count"),
+    )
+    for step in (1, 2):
+        dcp.save({"model": model.state_dict()}, storage_writer=manager.writer(step))
+    assert sample("ai_storage_checkpoint_save_seconds_count") == saves + 2
+    shard = tmp_path / layout.step_dir(2) / "__0_0.distcp"
+    data = shard.read_bytes()
+    shard.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    refusals = sample("ai_storage_checkpoint_validation_failures_total")
+    reader = manager.reader()
+    assert reader is not None and reader.checkpoint.step == 1
+    dcp.load({"model": model.state_dict()}, storage_reader=reader)
+    assert sample("ai_storage_checkpoint_validation_failures_total") == refusals + 1
+    assert sample("ai_storage_checkpoint_restore_seconds_count") == restores + 1
+
+
+def test_the_writer_and_reader_refuse_what_would_bypass_the_manager(tmp_path):
+    manager = CheckpointManager(tmp_path)
+    with pytest.raises(ValueError, match="sync_files/overwrite: the manager always fsyncs"):
+        manager.writer(1, sync_files=False)
+    with pytest.raises(ValueError, match="step: expected a non-negative integer"):
+        manager.writer(-1)
+    with pytest.raises(ValueError, match="checkpoint_id: the manager names the directory"):
+        dcp.save({"x": torch.zeros(1)}, checkpoint_id=tmp_path / "elsewhere", storage_writer=manager.writer(1))
+    assert manager.reader() is None and not (tmp_path / "elsewhere").exists()
