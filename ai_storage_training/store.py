@@ -49,8 +49,9 @@ class CheckpointStore:
     """Checkpoints of one training run in ``directory``, keeping the newest ``keep`` (``None`` keeps all).
 
     ``rank``/``world_size``: this process's place in a multi-rank job (rank 0 coordinates: commits, cleans,
-    retains, rolls back). ``run_id``: shared by every rank of one attempt (default ``$AI_STORAGE_RUN_ID``; a
-    random one for a single process). ``verify``: ``"crc32c"`` (read every byte on restore) or ``"size"``.
+    retains, rolls back). ``run_id``: shared by every rank of one attempt and new for each attempt (a restarted
+    job gets another one, e.g. ``<job>-<restart count>``; default ``$AI_STORAGE_RUN_ID``; a random one for a single
+    process; torch.distributed jobs get rank 0's). ``verify``: ``"crc32c"`` (read every byte on restore) or ``"size"``.
     ``timeout``: seconds a rank waits for the others (manifests, commit, resume decision)."""
 
     def __init__(
@@ -137,15 +138,16 @@ class CheckpointStore:
         return found[-1] if found else None
 
     def _check_new(self, step: int) -> None:
-        """FileExistsError when ``step`` is committed; a torn one (no marker) goes, one failing its sizes is
-        refused (kept aside)."""
+        """FileExistsError when ``step`` is committed; on the coordinator, a torn one (no marker) goes and one
+        failing its sizes is refused (kept aside)."""
         final = self.final_path(step)
         marker = read_marker(final)
         if marker is not None:
             found = problems(final, marker, verify="size")
             if not found:
                 raise FileExistsError(f"checkpoint {final} already exists (after a rollback: manager.rollback_to)")
-            self._refuse(Checkpoint(step, final), found)
+            if self.is_coordinator:
+                self._refuse(Checkpoint(step, final), found)
         elif final.exists() and self.is_coordinator:
             shutil.rmtree(final)
 
