@@ -231,6 +231,9 @@ class ManagedReader(FileSystemReader):
         finally:
             self.release()
 
+    def __del__(self) -> None:  # a dcp.load that failed before reading: the lease ends with the reader
+        self.release()
+
     def __enter__(self) -> ManagedReader:
         return self
 
