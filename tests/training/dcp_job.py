@@ -205,3 +205,23 @@ def kill_loop(root: Path, world_size: int, iterations: int) -> None:
     assert verdicts and all(v["identical"] for v in verdicts), verdicts
     assert any(v["step"] > 0 for v in verdicts)
     assert len(committed_steps_are_whole(directory)) == 2
+
+
+def flip_and_resume(root: Path) -> None:
+    """Two ranks save steps 1-3; one bit of rank 1's shard of step 3 flips (size kept); the restarted job refuses
+    step 3 naming the file, resumes bit for bit from step 2, trains past step 3 and saves it again (new run only)."""
+    directory, records = root / "ckpt", root / "records"
+    records.mkdir()
+    run(2, directory, records, steps=3)
+    shard = directory / layout.step_dir(3) / "__1_0.distcp"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x01  # same size, one bit differs
+    shard.write_bytes(bytes(data))
+    second = run(2, directory, records, steps=4)
+    assert resumed(records, second) == [{"step": 2, "checkpoint": 2, "identical": True}] * 2
+    log = (records / f"log-{second}-0.txt").read_text()
+    assert "refused checkpoint" in log and "__1_0.distcp: CRC32C" in log and ".refused" in log
+    assert [p.name.split(".")[0] for p in (directory / layout.REFUSED).iterdir()] == ["step-00000003"]
+    marker = read_marker(directory / layout.step_dir(3))
+    assert marker is not None and marker.run_id == second  # saved again, by the new run only
+    assert committed_steps_are_whole(directory) == [2, 3, 4]
