@@ -2,14 +2,16 @@
 
 API (what the async layer, promotion and DCP build on)::
 
-    manager = CheckpointManager(directory, keep=3, rank=0, world_size=1, run_id=None, verify="crc32c")
+    manager = CheckpointManager(directory, keep=3, rank=0, world_size=1, run_id=None, verify="crc32c", timeout=600)
     manager.save(step, write)      # write(dir) writes the files; durable + committed on return -> Checkpoint
     with manager.load(step=None, rollback=False) as checkpoint: ...   # validated, leased; None on a first start
     manager.latest() / checkpoints()   # committed steps whose files have their sizes (no checksum read)
     manager.validate(step)         # CheckpointInvalidError naming each differing file
     manager.rollback_to(step)      # retire every newer step so the job can save them again
     manager.save_copy(source_dir)  # promotion: copy a committed checkpoint here, verified against its marker
-    manager.writer(step) / manager.reader(step=None)   # torch.distributed.checkpoint (ai_storage_training.dcp)
+    manager.writer(step) / manager.reader(step=None, rollback=False)   # torch.distributed.checkpoint (dcp.py)
+    manager.staging_path(step) + commit(step, staging, files)   # commit files made durable elsewhere (records:
+                                   # commit.sync_tree / copy_file / crc32c_file); read_marker, problems: commit.py
 
 A save writes into a hidden staging directory, fsyncs every file and directory, renames it to ``step-NNNNNNNN/``,
 fsyncs the parent and writes ``COMPLETE`` last, listing every file with its size and CRC32C (``commit``). With
