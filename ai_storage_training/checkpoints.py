@@ -93,7 +93,7 @@ class CheckpointManager(CheckpointStore):
             raise CheckpointBusyError(f"step {step} in {self.directory} is being saved, read or deleted elsewhere")
         staging = self.staging_path(step)
         try:
-            self._check_new(step)
+            self._check_new(step, held=self.world_size == 1)  # a shared lock: the commit checks again
             mine = staging / layout.rank_dir(self.rank) if self.world_size > 1 else staging
             with contextlib.suppress(FileNotFoundError):
                 (staging / layout.rank_manifest(self.rank)).unlink()  # a manifest of this rank from before
@@ -130,7 +130,7 @@ class CheckpointManager(CheckpointStore):
         (every rank's, with sizes and CRC32C). Takes the step's lock exclusively, waiting up to ``timeout``."""
         fd = lock_waiting(self._lock_path(step), shared=False, timeout=self.timeout, what=f"step {step}")
         try:
-            self._check_new(step)
+            self._check_new(step, held=True)
             return self._commit_locked(step, staging, files, run_id=run_id)
         except BaseException as error:
             ranks.abort(staging, f"the commit failed: {error!r}")
@@ -258,7 +258,7 @@ class CheckpointManager(CheckpointStore):
             )
         staging = self.directory / layout.staging_dir(marker.step, uuid.uuid4().hex)
         try:
-            self._check_new(marker.step)
+            self._check_new(marker.step, held=True)
             staging.mkdir()
             with ThreadPoolExecutor(max_workers=8) as pool:
                 found = [p for p in pool.map(lambda item: _copy_one(source, staging, *item), marker.files.items()) if p]

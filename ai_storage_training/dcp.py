@@ -155,7 +155,7 @@ class ManagedWriter(FileSystemWriter):
         manager.directory.mkdir(parents=True, exist_ok=True)
         if manager.is_coordinator:
             manager.clean()
-            manager._check_new(self.step)
+            manager._check_new(self.step, held=False)  # FileExistsError early; the commit checks again
         return super().prepare_local_plan(plan)
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:

@@ -137,32 +137,40 @@ class CheckpointStore:
         found = self.checkpoints()
         return found[-1] if found else None
 
-    def _check_new(self, step: int) -> None:
-        """FileExistsError when ``step`` is committed; on the coordinator, a torn one (no marker) goes and one
-        failing its sizes is refused (kept aside)."""
+    def _check_new(self, step: int, *, held: bool) -> None:
+        """FileExistsError when ``step`` is committed. With the step's lock ``held`` exclusively: a torn one (no
+        marker) goes; one failing its sizes or with an unreadable marker is refused (kept aside)."""
         final = self.final_path(step)
         marker = read_marker(final)
         if marker is not None:
             found = problems(final, marker, verify="size")
             if not found:
                 raise FileExistsError(f"checkpoint {final} already exists (after a rollback: manager.rollback_to)")
-            if self.is_coordinator:
-                self._refuse(Checkpoint(step, final), found)
-        elif final.exists() and self.is_coordinator:
+            if held:
+                self._set_aside(final, found)
+        elif held and (final / layout.MARKER).exists():
+            self._set_aside(final, [f"its {layout.MARKER} marker is unreadable"])
+        elif held and final.exists():
             shutil.rmtree(final)
 
     def _refuse(self, checkpoint: Checkpoint, found: list[str]) -> None:
         """Log why, count it, and move the step to ``.refused/`` under its lock (if nobody else holds it)."""
-        metrics.VALIDATION_FAILURES.inc()
         fd = _lock(self._lock_path(checkpoint.step), shared=False)
+        if fd is None:
+            self._set_aside(checkpoint.path, found, held=False)
+            return
+        try:
+            self._set_aside(checkpoint.path, found)
+        finally:
+            _unlock(self._lock_path(checkpoint.step), fd)
+
+    def _set_aside(self, path: Path, found: list[str], *, held: bool = True) -> None:
+        """With the step's lock ``held``: move ``path`` to ``.refused/``; log why and count it either way."""
+        metrics.VALIDATION_FAILURES.inc()
         where = "left in place: another process holds its lock"
-        if fd is not None:
-            try:
-                if checkpoint.path.exists():
-                    where = f"moved to {move_aside(checkpoint.path, self.directory / layout.REFUSED)}"
-            finally:
-                _unlock(self._lock_path(checkpoint.step), fd)
-        log.warning("refused checkpoint %s: %s; %s", checkpoint.path, "; ".join(found), where)
+        if held and path.exists():
+            where = f"moved to {move_aside(path, self.directory / layout.REFUSED)}"
+        log.warning("refused checkpoint %s: %s; %s", path, "; ".join(found), where)
 
     def rollback_to(self, step: int) -> list[int]:
         """Retire (move to ``.retired/``, under each step's lock) every step after ``step``, newest first, so the
@@ -252,7 +260,12 @@ class CheckpointStore:
                 continue  # a live writer or reader
             try:
                 for path in paths:
-                    if path.exists() and (layout.parse_staging(path.name) is not None or read_marker(path) is None):
+                    staging = layout.parse_staging(path.name) is not None
+                    if not path.exists() or (not staging and read_marker(path) is not None):
+                        continue  # gone, or committed meanwhile
+                    if not staging and (path / layout.MARKER).exists():
+                        self._set_aside(path, [f"its {layout.MARKER} marker is unreadable"])  # evidence: kept
+                    else:
                         shutil.rmtree(path)
                         removed.append(path)
             finally:

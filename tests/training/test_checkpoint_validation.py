@@ -179,3 +179,18 @@ def test_several_ranks_need_a_shared_run_id(tmp_path, monkeypatch):
         manager.save(1, writer(b"x"))
     monkeypatch.setenv("AI_STORAGE_RUN_ID", "attempt-7")
     assert CheckpointManager(tmp_path, rank=1, world_size=2).run_id == "attempt-7"
+
+
+def test_a_save_over_a_damaged_step_keeps_the_damaged_one_aside(tmp_path, caplog):
+    manager = CheckpointManager(tmp_path, keep=None)
+    manager.save(1, writer(b"a" * 64))
+    (tmp_path / layout.step_dir(1) / "model.bin").write_bytes(b"short")
+    with caplog.at_level(logging.WARNING):
+        manager.save(1, writer(b"b" * 64))  # the step, saved again over a truncated copy of itself
+    assert (tmp_path / layout.step_dir(1) / "model.bin").read_bytes() == b"b" * 64
+    garbled = tmp_path / layout.step_dir(2)
+    garbled.mkdir()
+    (garbled / layout.MARKER).write_text('{"step": 2, "fil')  # a marker is written atomically: this is damage
+    manager.save(3, writer(b"c"))  # its clean() sets the step aside instead of deleting it
+    assert refused(tmp_path) == ["step-00000001", "step-00000002"]
+    assert "model.bin: 5 bytes, the marker says 64" in caplog.text and "marker is unreadable" in caplog.text
