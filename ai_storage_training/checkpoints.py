@@ -197,11 +197,12 @@ class CheckpointManager(CheckpointStore):
 
     def _choose(self, step: int | None, timeout: float) -> tuple[Checkpoint, int] | None:
         """The coordinator's choice: the newest step (or ``step``) that validates, leased; refused ones set aside."""
-        leased = None
+        leased, tried = None, set()
         while leased is None:
-            found = [c for c, _ in self._committed() if step is None or c.step == step]
+            found = [c for c, _ in self._committed() if (step is None or c.step == step) and c.step not in tried]
             if not found:
                 break
+            tried.add(found[-1].step)  # a refused step another process holds stays in place: not tried twice
             leased = self._lease_step(found[-1].step, timeout, verify=self.verify, refuse=True)
             if leased is None and step is not None:
                 raise CheckpointInvalidError(f"checkpoint of step {step} in {self.directory} was refused (see log)")

@@ -3,8 +3,10 @@ rollback, the retention guard, promotion's verified copy, and the settings' bad 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -194,3 +196,19 @@ def test_a_save_over_a_damaged_step_keeps_the_damaged_one_aside(tmp_path, caplog
     manager.save(3, writer(b"c"))  # its clean() sets the step aside instead of deleting it
     assert refused(tmp_path) == ["step-00000001", "step-00000002"]
     assert "model.bin: 5 bytes, the marker says 64" in caplog.text and "marker is unreadable" in caplog.text
+
+
+def test_a_refused_step_another_process_holds_stays_in_place_and_is_skipped(tmp_path, caplog):
+    manager = CheckpointManager(tmp_path, keep=None)
+    for step in (1, 2):
+        manager.save(step, writer(bytes([step]) * 64))
+    flip(tmp_path / layout.step_dir(2) / "model.bin")
+    held = os.open(tmp_path / layout.lock_file(2), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(held, fcntl.LOCK_SH)  # another process reads step 2
+    try:
+        with caplog.at_level(logging.WARNING), manager.load() as checkpoint:
+            assert checkpoint is not None and checkpoint.step == 1
+    finally:
+        os.close(held)
+    assert "left in place: another process holds its lock" in caplog.text
+    assert (tmp_path / layout.step_dir(2)).exists()
