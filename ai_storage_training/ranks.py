@@ -10,8 +10,8 @@ names the step's staging directory ``.step-NNNNNNNN.tmp-<run id>/``. For step N:
 2. the coordinator (rank 0) waits, at most ``timeout`` seconds, until all ``world_size`` manifests of its run id
    are there, takes the step's lock exclusively, checks every listed file's size, renames the staging directory
    to ``step-NNNNNNNN/`` and writes ``COMPLETE`` last, listing every file of every rank: the one commit point;
-3. the other ranks wait (same bound) for that marker carrying their run id; a coordinator that gives up writes
-   ``.abort`` into the staging directory so they fail at once.
+3. the other ranks wait (same bound) for that marker carrying their run id. A rank or coordinator that fails
+   writes ``.abort`` into the staging directory, so the others fail at once instead of waiting out the bound.
 
 A rank killed at any moment leaves a manifest missing, so the step is never committed; the staging directory of
 a dead attempt (another run id) is never committed and is removed by the next ``clean()`` under the step's lock.
@@ -59,6 +59,8 @@ def wait_for_manifests(staging: Path, *, world_size: int, run_id: str, timeout: 
                 found[rank] = files
         if len(found) == world_size:
             return {name: record for files in found.values() for name, record in files.items()}
+        if (reason := _aborted(staging)) is not None:
+            raise RuntimeError(f"{staging.name} will not be committed: {reason}")
         if time.monotonic() > deadline:
             missing = sorted(set(range(world_size)) - set(found))
             abort(staging, f"ranks {missing} wrote no manifest within {timeout}s")
@@ -72,6 +74,13 @@ def abort(staging: Path, reason: str) -> None:
         (staging / ABORT).write_text(reason)
 
 
+def _aborted(staging: Path) -> str | None:
+    try:
+        return (staging / ABORT).read_text()
+    except OSError:
+        return None
+
+
 def wait_for_commit(final: Path, staging: Path, *, run_id: str, timeout: float) -> None:
     """Step 3: return once ``final`` carries the marker of ``run_id``; RuntimeError when the coordinator gave up
     or another run committed the step; TimeoutError after ``timeout``."""
@@ -82,11 +91,7 @@ def wait_for_commit(final: Path, staging: Path, *, run_id: str, timeout: float) 
             if marker.run_id != run_id:
                 raise FileExistsError(f"checkpoint {final} was committed by another run ({marker.run_id})")
             return
-        try:
-            reason = (staging / ABORT).read_text()
-        except OSError:
-            reason = None
-        if reason is not None:
+        if (reason := _aborted(staging)) is not None:
             raise RuntimeError(f"the coordinator did not commit {final.name}: {reason}")
         if time.monotonic() > deadline:
             raise TimeoutError(f"{final.name} was not committed by the coordinator within {timeout}s")

@@ -147,3 +147,17 @@ def test_when_the_coordinator_refuses_the_step_asked_for_every_rank_hears_why(tm
     refused = r"chose no step to resume from: checkpoint of step 1 .* was refused"
     with pytest.raises(RuntimeError, match=refused), managers[1].load(step=1):
         pass
+
+
+def test_a_rank_whose_write_fails_stops_the_others_at_once(tmp_path):
+    managers = [CheckpointManager(tmp_path, rank=r, world_size=2, run_id="fails", timeout=60) for r in (0, 1)]
+
+    def broken(directory: Path) -> None:
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        managers[1].save(1, broken)
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"will not be committed: rank 1 failed: OSError\('disk full'\)"):
+        managers[0].save(1, lambda d: (d / "state").write_text("1:0:fails"))
+    assert time.monotonic() - started < 5 and whole(tmp_path, 2) == []
