@@ -12,6 +12,7 @@ names the step's staging directory ``.step-NNNNNNNN.tmp-<run id>/``. For step N:
    to ``step-NNNNNNNN/`` and writes ``COMPLETE`` last, listing every file of every rank: the one commit point;
 3. the other ranks wait (same bound) for that marker carrying their run id. A rank or coordinator that fails
    writes ``.abort`` into the staging directory, so the others fail at once instead of waiting out the bound.
+   An aborted step is not saved again under the same run id: the job restarts with a new one.
 
 A rank killed at any moment leaves a manifest missing, so the step is never committed; the staging directory of
 a dead attempt (another run id) is never committed and is removed by the next ``clean()`` under the step's lock.
