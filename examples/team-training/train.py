@@ -25,7 +25,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.nn.parallel import DistributedDataParallel
 
-from ai_storage_training import PrefetchingReader, metrics, promotion
+from ai_storage_training import PrefetchingReader, lag, metrics, promotion
 from ai_storage_training.async_save import AsyncCheckpointer
 
 FEATURES, BATCH = 16, 8
@@ -109,6 +109,8 @@ def main() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(FEATURES, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     step = resume(landing, durable, model, optimizer, rank)
+    if (newest := durable.latest()) is not None:
+        lag.LAG.durable(newest.step)  # the lag gauges count from the restore point the job already has
     trained = DistributedDataParallel(model) if world > 1 else model
     saves = dist.new_group(backend="gloo") if world > 1 else None  # async saves talk beside the training
 
