@@ -1,6 +1,7 @@
 """A promoter as its own process, for tests that kill it: ``promoter_job.py LOCAL DURABLE [SECONDS]`` promotes every
 committed step of LOCAL to DURABLE (keeping 3 there, none locally) until none is left, then exits 0. SECONDS (test
-hook) slows each file copy by that much (files are copied 8 at a time), so a kill at a random moment lands in a copy most of the time."""
+hook) slows each file copy by that much (files are copied 8 at a time), so a kill at a random moment lands in a
+copy most of the time."""
 
 from __future__ import annotations
 
