@@ -74,8 +74,7 @@ class AsyncCheckpointer:
         """Called with the step after each successful save (the promoter registers here)."""
         self._pool = ThreadPoolExecutor(max_workers=max_in_flight, thread_name_prefix="checkpoint-save")
         self._lock = threading.Lock()
-        self._in_flight: list[Future] = []
-        self._failures: list[tuple[int, BaseException]] = []
+        self._tracked: list[tuple[int, Future]] = []  # every save whose outcome the job has not been told
         self._closed = False
 
     def save(self, step: int, buffers: Mapping[str, Any]) -> Future:
@@ -102,7 +101,7 @@ class AsyncCheckpointer:
     def wait(self) -> None:
         """Wait for every save in flight; raise the first failure not yet raised."""
         with self._lock:
-            pending = list(self._in_flight)
+            pending = [future for _, future in self._tracked]
         wait_futures(pending)
         self._raise_failure()
 
@@ -140,15 +139,14 @@ class AsyncCheckpointer:
         self.lag.requested(step)
         while True:
             with self._lock:
-                self._in_flight = [f for f in self._in_flight if not f.done()]
-                if len(self._in_flight) < self.max_in_flight:
+                pending = [future for _, future in self._tracked if not future.done()]
+                if len(pending) < self.max_in_flight:
                     return started
-                pending = list(self._in_flight)
             wait_futures(pending, return_when=FIRST_COMPLETED)
 
     def _track(self, step: int, future: Future, started: float) -> Future:
         with self._lock:
-            self._in_flight.append(future)
+            self._tracked.append((step, future))
         self.lag.accepted(step)
         metrics.BLOCKED_SECONDS.observe(time.monotonic() - started)
         future.add_done_callback(lambda done: self._finished(step, done))
@@ -158,9 +156,7 @@ class AsyncCheckpointer:
         error = future.exception()
         if error is not None:
             log.error("checkpoint step %d failed in the background: %s", step, error)
-            self.lag.failed(step)
-            with self._lock:
-                self._failures.append((step, error))
+            self.lag.failed(step)  # raised to the job by _raise_failure, which reads the future itself
             return
         if self.durable:
             self.lag.durable(step)
@@ -168,8 +164,19 @@ class AsyncCheckpointer:
             callback(step)
 
     def _raise_failure(self) -> None:
+        """Forget the saves that are done; raise the first that failed (later failures wait for the next call)."""
+        keep: list[tuple[int, Future]] = []
+        first: tuple[int, BaseException] | None = None
         with self._lock:
-            if not self._failures:
-                return
-            step, error = self._failures.pop(0)
-        raise CheckpointSaveError(f"checkpoint step {step} failed in the background: {error}") from error
+            for step, future in self._tracked:
+                if not future.done():
+                    keep.append((step, future))
+                elif (error := future.exception()) is not None:
+                    if first is None:
+                        first = (step, error)
+                    else:
+                        keep.append((step, future))
+            self._tracked = keep
+        if first is not None:
+            step, error = first
+            raise CheckpointSaveError(f"checkpoint step {step} failed in the background: {error}") from error

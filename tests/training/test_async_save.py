@@ -116,10 +116,10 @@ def test_wait_and_close_raise_a_failure_the_job_has_not_seen(tmp_path, own_lag):
 
 def test_leaving_the_with_block_waits_for_the_saves_in_flight(tmp_path, own_lag):
     manager = GatedManager(tmp_path)
-    threading.Timer(0.3, manager.gate.set).start()
     with AsyncCheckpointer(manager, max_in_flight=2, lag=own_lag) as checkpointer:
         futures = [checkpointer.save(step, {"w": bytes([step])}) for step in (1, 2)]
         assert not any(f.done() for f in futures)
+        threading.Timer(0.3, manager.gate.set).start()  # the writes finish while the block is being left
     assert all(f.done() and f.exception() is None for f in futures)
     assert [c.step for c in manager.real.checkpoints()] == [1, 2]
 
