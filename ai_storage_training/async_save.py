@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
@@ -75,6 +76,7 @@ class AsyncCheckpointer:
         self._pool = ThreadPoolExecutor(max_workers=max_in_flight, thread_name_prefix="checkpoint-save")
         self._lock = threading.Lock()
         self._tracked: list[tuple[int, Future]] = []  # every save whose outcome the job has not been told
+        self._settled: weakref.WeakSet[Future] = weakref.WeakSet()  # outcomes already counted (lag, on_saved)
         self._closed = False
 
     def save(self, step: int, buffers: Mapping[str, Any]) -> Future:
@@ -153,6 +155,10 @@ class AsyncCheckpointer:
         return future
 
     def _finished(self, step: int, future: Future) -> None:
+        with self._lock:
+            if future in self._settled:
+                return
+            self._settled.add(future)
         error = future.exception()
         if error is not None:
             log.error("checkpoint step %d failed in the background: %s", step, error)
@@ -167,6 +173,10 @@ class AsyncCheckpointer:
         """Forget the saves that are done; raise the first that failed (later failures wait for the next call)."""
         keep: list[tuple[int, Future]] = []
         first: tuple[int, BaseException] | None = None
+        with self._lock:
+            done = [(step, future) for step, future in self._tracked if future.done()]
+        for step, future in done:  # settled here too: a done callback may still be on its way
+            self._finished(step, future)
         with self._lock:
             for step, future in self._tracked:
                 if not future.done():

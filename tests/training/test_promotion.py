@@ -145,7 +145,7 @@ def test_the_newest_durable_step_survives_a_promoter_killed_at_random_points(tmp
         for _ in range(3):  # the job lands three more steps between kills
             step += 1
             land(local, step, size=1024 * 1024)
-        proc = subprocess.Popen([sys.executable, str(PROMOTER), str(local.directory), str(durable_dir), "0.1"])
+        proc = subprocess.Popen([sys.executable, str(PROMOTER), str(local.directory), str(durable_dir), "0.5"])
         try:
             proc.wait(timeout=rng.uniform(0.2, 1.5))
         except subprocess.TimeoutExpired:
