@@ -1,7 +1,8 @@
 """Training-side helpers of ai-storage-platform: crash-safe checkpoints, a prefetching reader, the training
-metrics and a storage doctor. Standard library and prometheus_client only (no Pulumi, no framework)."""
+metrics and a storage doctor. Standard library, prometheus_client and google-crc32c only (no Pulumi, no
+framework); ``ai_storage_training.dcp`` plugs the checkpoints into PyTorch's ``torch.distributed.checkpoint``."""
 
-from .checkpoints import Checkpoint, CheckpointBusyError, CheckpointManager
+from .checkpoints import Checkpoint, CheckpointBusyError, CheckpointInvalidError, CheckpointManager
 from .reader import PrefetchingReader
 
-__all__ = ["Checkpoint", "CheckpointBusyError", "CheckpointManager", "PrefetchingReader"]
+__all__ = ["Checkpoint", "CheckpointBusyError", "CheckpointInvalidError", "CheckpointManager", "PrefetchingReader"]

@@ -1,17 +1,17 @@
-"""``python -m ai_storage_training doctor|pack|stage ...``: doctor.py, pack.py, stage.py."""
+"""``python -m ai_storage_training <subcommand>``: the subcommands, one module of this package each (exposing
+``add_parser(subparsers)`` and ``run(args) -> int``); adding one is adding its module's name here."""
 
-import argparse
 import sys
 
-if sys.argv[1:2] in (["pack"], ["stage"]):
-    from . import pack, stage
+from . import cli
 
-    parser = argparse.ArgumentParser(prog="python -m ai_storage_training")
-    commands = parser.add_subparsers(dest="command", required=True)
-    for module in (pack, stage):
-        module.add_parser(commands)
-    args = parser.parse_args()
-    sys.exit(args.run(args))
-from .doctor import main
+SUBCOMMANDS = [
+    "doctor",
+    "pack",
+    "stage",
+    "restore_test",
+]
+"""Module names, one a line (a merge adds a line); each module's ``add_parser`` names its subcommand."""
 
-sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(cli.main(SUBCOMMANDS))

@@ -1,166 +1,75 @@
-"""CheckpointManager: crash-safe saves, complete-only loads and retention of the newest N checkpoints.
+"""CheckpointManager: crash-safe saves of one or many ranks, validated loads, rollback and guarded retention.
 
-A save writes into a hidden staging directory, fsyncs every file and directory in it, renames it to
-``step-NNNNNNNN/``, fsyncs the parent, and writes the ``COMPLETE`` marker last (to a temporary name, fsynced,
-renamed, directory fsynced). The marker lists every file and its size. A process killed at any point leaves
-a staging directory or a promoted directory without a valid marker, both ignored by ``latest()`` and
-``load()`` and removed by ``clean()``; never a torn checkpoint that looks complete.
+API (what the async layer, promotion and DCP build on)::
 
-Processes on a shared filesystem (JuiceFS, CephFS) coordinate with ``flock`` on one hidden lock file per step:
-a writer holds it exclusively while it saves, a reader shares it while it reads, and retention or cleaning
-delete a step only when they can take it exclusively, so a checkpoint being read is never deleted (retention
-keeps it until a later save). A crashed process's locks go with it, so what it left is cleaned safely.
+    manager = CheckpointManager(directory, keep=3, rank=0, world_size=1, run_id=None, verify="crc32c", timeout=600)
+    manager.save(step, write)      # write(dir) writes the files; durable + committed on return -> Checkpoint
+    with manager.load(step=None, rollback=False) as checkpoint: ...   # validated, leased; None on a first start
+    manager.latest() / checkpoints()   # committed steps whose files have their sizes (no checksum read)
+    manager.validate(step)         # CheckpointInvalidError naming each differing file
+    manager.rollback_to(step)      # retire every newer step so the job can save them again
+    manager.save_copy(source_dir)  # promotion: copy a committed checkpoint here, verified against its marker
+    manager.writer(step) / manager.reader(step=None, rollback=False)   # torch.distributed.checkpoint (dcp.py)
+    manager.staging_path(step) + commit(step, staging, files)   # commit files made durable elsewhere (records:
+                                   # commit.sync_tree / copy_file / crc32c_file); read_marker, problems: commit.py
+
+A save writes into a hidden staging directory, fsyncs every file and directory, renames it to ``step-NNNNNNNN/``,
+fsyncs the parent and writes ``COMPLETE`` last, listing every file with its size and CRC32C (``commit``). With
+``world_size > 1`` every rank writes its files into ``rank-RRRRR/`` of the step's shared staging directory and
+rank 0 commits once all are durable (``ranks``: the file-based protocol). A process killed at any point leaves
+a staging directory or a ``step-*`` directory without a marker: never listed, removed by ``clean()``.
+
+A load validates before it trusts (every byte's CRC32C, or sizes only with ``verify="size"``), and on a mismatch
+logs which file differs, counts ``ai_storage_checkpoint_validation_failures_total``, moves the step aside to
+``.refused/`` and falls back to the newest step that validates. Retention keeps the newest ``keep`` steps, never
+one being read (``flock`` leases) and never the newest checkpoint that validates.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import json
 import os
 import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from . import layout, metrics
+from . import layout, metrics, ranks
+from .commit import (
+    CheckpointBusyError,
+    CheckpointInvalidError,
+    FileRecord,
+    Marker,
+    copy_file,
+    fsync_dir,
+    is_complete,
+    lock_waiting,
+    problems,
+    read_marker,
+    sync_tree,
+    write_marker,
+)
+from .commit import lock as _lock
+from .commit import unlock as _unlock
+from .store import Checkpoint, CheckpointStore, _check_int
 
-SYNC_WORKERS = 16
-"""Files fsynced at once when a checkpoint is made durable."""
+if TYPE_CHECKING:
+    from .dcp import ManagedReader, ManagedWriter
 
-
-class CheckpointBusyError(RuntimeError):
-    """Another process holds the step's lock (saving it, reading it or deleting it)."""
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """A complete checkpoint: its step and its directory."""
-
-    step: int
-    path: Path
-
-
-def _fsync_dir(path: str | os.PathLike[str]) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_file(path: str) -> int:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        return os.fstat(fd).st_size
-    finally:
-        os.close(fd)
+__all__ = ["Checkpoint", "CheckpointBusyError", "CheckpointInvalidError", "CheckpointManager", "is_complete"]
 
 
-def _sync_tree(root: Path) -> dict[str, int]:
-    """fsync every file (in parallel: on JuiceFS each fsync uploads the file's blocks), then every directory
-    bottom-up; return each file's size by its path under ``root``."""
-    walk = list(os.walk(root, topdown=False))
-    paths = [os.path.join(directory, name) for directory, _, names in walk for name in names]
-    with ThreadPoolExecutor(max_workers=SYNC_WORKERS) as pool:
-        sizes = list(pool.map(_fsync_file, paths))
-    for directory, _, _ in walk:
-        _fsync_dir(directory)
-    return {os.path.relpath(path, root): size for path, size in zip(paths, sizes, strict=True)}
-
-
-def _write_marker(final: Path, step: int, files: dict[str, int]) -> None:
-    temporary = final / f".{layout.MARKER}.tmp-{uuid.uuid4().hex[:12]}"
-    with open(temporary, "w") as f:
-        json.dump({"step": step, "files": files}, f, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.rename(temporary, final / layout.MARKER)
-    _fsync_dir(final)
-
-
-def is_complete(path: Path) -> bool:
-    """True when ``path`` carries a valid marker and every file the marker lists has its size (a copy restored
-    under another name counts too)."""
-    try:
-        marker = json.loads((path / layout.MARKER).read_text())
-        return all((path / name).stat().st_size == size for name, size in marker["files"].items())
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return False
-
-
-def _lock(path: Path, *, shared: bool) -> int | None:
-    """A descriptor holding ``flock`` on ``path`` (created if missing), or None when another process holds a
-    conflicting lock. A lock file that its last holder unlinked meanwhile is not the lock any more: retry."""
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        try:
-            current = os.stat(path).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            current = False
-        if current:
-            return fd
-        os.close(fd)
-
-
-def _unlock(path: Path, fd: int) -> None:
-    """Release the lock; the last holder (the one that can take it exclusively) removes the lock file."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        pass
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-    finally:
-        os.close(fd)
-
-
-class CheckpointManager:
-    """Checkpoints of one training run in ``directory``, keeping the newest ``keep`` complete ones
-    (``keep=None`` keeps all)."""
-
-    def __init__(self, directory: str | os.PathLike[str], keep: int | None = 3):
-        if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
-            raise ValueError(f"keep: expected a positive number of checkpoints, or None to keep all; got {keep!r}")
-        self.directory = Path(directory)
-        self.keep = keep
-
-    def _lock_path(self, step: int) -> Path:
-        return self.directory / layout.lock_file(step)
-
-    def checkpoints(self) -> list[Checkpoint]:
-        """The complete checkpoints, oldest step first."""
-        try:
-            entries = list(os.scandir(self.directory))
-        except FileNotFoundError:
-            return []
-        found = []
-        for entry in entries:
-            step = layout.parse_step(entry.name)
-            if step is not None and entry.is_dir() and is_complete(Path(entry.path)):
-                found.append(Checkpoint(step, Path(entry.path)))
-        return sorted(found, key=lambda c: c.step)
-
-    def latest(self) -> Checkpoint | None:
-        """The newest complete checkpoint, or None."""
-        found = self.checkpoints()
-        return found[-1] if found else None
+class CheckpointManager(CheckpointStore):
+    """Checkpoints of one training run: see the module docstring and :class:`CheckpointStore` for the settings."""
 
     def save(self, step: int, write: Callable[[Path], object]) -> Checkpoint:
-        """Save checkpoint ``step``: ``write(directory)`` writes the job's files into a staging directory; the
-        manager makes them durable, promotes them and marks them complete, then applies retention."""
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ValueError(f"step: expected a non-negative integer; got {step!r}")
+        """Save checkpoint ``step``: ``write(directory)`` writes this rank's files into a staging directory; the
+        manager makes them durable and (on the coordinator, once every rank's are) commits them, then applies
+        retention. Returns once the step is committed, on every rank."""
+        _check_int("step", step, 0, "a non-negative integer")
         started = time.monotonic()
         try:
             checkpoint = self._save(step, write)
@@ -168,129 +77,231 @@ class CheckpointManager:
             metrics.SAVE_FAILURES.inc()
             raise
         metrics.SAVE_SECONDS.observe(time.monotonic() - started)
-        self.retain()
+        if self.is_coordinator:
+            self.retain()
         return checkpoint
 
     def _save(self, step: int, write: Callable[[Path], object]) -> Checkpoint:
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.clean()
-        final = self.directory / layout.step_dir(step)
-        fd = _lock(self._lock_path(step), shared=False)
+        if self.is_coordinator:
+            self.clean()
+        if self.world_size > 1:  # shared with the other ranks; waits out a rank's release (which briefly upgrades)
+            fd: int | None = lock_waiting(self._lock_path(step), shared=True, timeout=self.timeout, what=f"step {step}")
+        else:
+            fd = _lock(self._lock_path(step), shared=False)
         if fd is None:
-            raise CheckpointBusyError(
-                f"step {step} in {self.directory} is being saved, read or deleted by another process"
-            )
+            raise CheckpointBusyError(f"step {step} in {self.directory} is being saved, read or deleted elsewhere")
+        staging = self.staging_path(step)
         try:
-            if is_complete(final):
-                raise FileExistsError(f"checkpoint {final} already exists")
-            if final.exists():  # promoted by a writer that died before its marker: we hold the step's lock
-                shutil.rmtree(final)
-            staging = self.directory / layout.staging_dir(step, uuid.uuid4().hex[:12])
-            staging.mkdir()
-            try:
-                write(staging)
-                if (staging / layout.MARKER).exists():
-                    raise ValueError(f"the checkpoint's files may not include the marker name {layout.MARKER!r}")
-                files = _sync_tree(staging)
-                os.rename(staging, final)
-            except BaseException:
+            self._check_new(step, held=self.world_size == 1)  # a shared lock: the commit checks again
+            mine = staging / layout.rank_dir(self.rank) if self.world_size > 1 else staging
+            with contextlib.suppress(FileNotFoundError):
+                (staging / layout.rank_manifest(self.rank)).unlink()  # a manifest of this rank from before
+            shutil.rmtree(mine, ignore_errors=True)
+            mine.mkdir(parents=True)
+            write(mine)
+            if (staging / layout.MARKER).exists():
+                raise ValueError(f"the checkpoint's files may not include the marker name {layout.MARKER!r}")
+            prefix = f"{layout.rank_dir(self.rank)}/" if self.world_size > 1 else ""
+            files = {prefix + n: r for n, r in sync_tree(mine, rank=self.rank).items()}
+            fsync_dir(staging)
+            fsync_dir(self.directory)
+            if self.world_size == 1:
+                return self._commit_locked(step, staging, files)
+            ranks.write_manifest(staging, rank=self.rank, run_id=self.run_id, step=step, files=files)
+        except BaseException as error:
+            if self.world_size == 1:
                 shutil.rmtree(staging, ignore_errors=True)
-                raise
-            _fsync_dir(self.directory)
-            _write_marker(final, step, files)
+            else:
+                ranks.abort(staging, f"rank {self.rank} failed: {error!r}")
+            raise
         finally:
             _unlock(self._lock_path(step), fd)
+        if not self.is_coordinator:
+            ranks.wait_for_commit(self.final_path(step), staging, run_id=self.run_id, timeout=self.timeout)
+            return Checkpoint(step, self.final_path(step))
+        files = ranks.wait_for_manifests(staging, world_size=self.world_size, run_id=self.run_id, timeout=self.timeout)
+        return self.commit(step, staging, files)
+
+    def commit(
+        self, step: int, staging: Path, files: dict[str, FileRecord], *, run_id: str | None = None
+    ) -> Checkpoint:
+        """Commit the durable staging directory ``staging`` as ``step`` (coordinator only): its files are ``files``
+        (every rank's, with sizes and CRC32C). Takes the step's lock exclusively, waiting up to ``timeout``."""
+        fd = lock_waiting(self._lock_path(step), shared=False, timeout=self.timeout, what=f"step {step}")
+        try:
+            self._check_new(step, held=True)
+            return self._commit_locked(step, staging, files, run_id=run_id)
+        except BaseException as error:
+            ranks.abort(staging, f"the commit failed: {error!r}")
+            raise
+        finally:
+            _unlock(self._lock_path(step), fd)
+
+    def _commit_locked(
+        self, step: int, staging: Path, files: dict[str, FileRecord], *, run_id: str | None = None
+    ) -> Checkpoint:
+        wrong = [
+            f"{name}: missing or not {r.size} bytes" for name, r in files.items() if _size(staging / name) != r.size
+        ]
+        if wrong:
+            raise CheckpointInvalidError(f"{staging.name} does not hold what its ranks reported: {'; '.join(wrong)}")
+        for rank in range(self.world_size):
+            with contextlib.suppress(FileNotFoundError):
+                (staging / layout.rank_manifest(rank)).unlink()
+        final = self.final_path(step)
+        os.rename(staging, final)
+        fsync_dir(self.directory)
+        marker = Marker(step, files, run_id or self.run_id, self.world_size)
+        write_marker(final, marker)
+        self._trusted.add((step, marker.run_id))
         return Checkpoint(step, final)
 
     @contextlib.contextmanager
-    def load(self, step: int | None = None, timeout: float = 30.0) -> Iterator[Checkpoint | None]:
-        """Lease a complete checkpoint (the newest, or ``step``) for reading: retention will not delete it while
-        the ``with`` block runs. Yields None when there is no checkpoint to resume from (``step=None``); raises
-        FileNotFoundError when ``step`` is not a complete checkpoint."""
+    def load(
+        self, step: int | None = None, timeout: float = 30.0, rollback: bool = False
+    ) -> Iterator[Checkpoint | None]:
+        """Lease the newest checkpoint that validates (or ``step``) for the ``with`` block; retention will not
+        delete it meanwhile. Refused steps are moved to ``.refused/``. Yields None when there is nothing to resume
+        from (``step=None``); raises FileNotFoundError (no such step) or CheckpointInvalidError (``step`` refused).
+        ``rollback=True`` retires every newer step so the job can save those steps again."""
         started = time.monotonic()
         leased = self._lease(step, timeout)
         if leased is None:
             if step is not None:
-                raise FileNotFoundError(f"no complete checkpoint of step {step} in {self.directory}")
+                raise FileNotFoundError(f"no committed checkpoint of step {step} in {self.directory}")
             yield None
             return
         checkpoint, fd = leased
         try:
+            if rollback:
+                self.rollback_to(checkpoint.step)
             yield checkpoint
         finally:
             _unlock(self._lock_path(checkpoint.step), fd)
         metrics.RESTORE_SECONDS.observe(time.monotonic() - started)
 
     def _lease(self, step: int | None, timeout: float) -> tuple[Checkpoint, int] | None:
-        deadline = time.monotonic() + timeout
-        while True:
-            found = [c for c in self.checkpoints() if step is None or c.step == step]
-            if not found:
-                return None
-            wanted = found[-1]
-            fd = _lock(self._lock_path(wanted.step), shared=True)
-            if fd is not None:
-                if is_complete(wanted.path):  # not deleted between the listing and the lock
-                    return wanted, fd
-                _unlock(self._lock_path(wanted.step), fd)
-            elif time.monotonic() > deadline:
-                raise CheckpointBusyError(f"step {wanted.step} in {self.directory} stayed locked for {timeout}s")
-            time.sleep(0.05)
-
-    def retain(self) -> list[Checkpoint]:
-        """Delete complete checkpoints beyond the newest ``keep``, except those being read (a later call
-        deletes them); return the deleted ones."""
-        if self.keep is None:
-            return []
-        deleted = []
-        for checkpoint in self.checkpoints()[: -self.keep]:
-            lock = self._lock_path(checkpoint.step)
-            fd = _lock(lock, shared=False)
-            if fd is None:
-                continue
-            try:
-                if not is_complete(checkpoint.path):  # another process deleted it since the listing
-                    continue
-                (checkpoint.path / layout.MARKER).unlink()  # from here on it is no checkpoint for anyone
-                _fsync_dir(checkpoint.path)
-                shutil.rmtree(checkpoint.path)
-                deleted.append(checkpoint)
-            finally:
-                _unlock(lock, fd)
-        return deleted
-
-    def clean(self) -> list[Path]:
-        """Remove what crashed writers left (staging directories, promoted directories without a valid marker,
-        lock files nobody holds) for every step no live process holds; return the removed directories."""
+        if self.world_size > 1 and not self.is_coordinator:  # the coordinator chose and validated the step
+            chosen = ranks.wait_for_resume(self.directory, self.run_id, self.timeout)
+            return None if chosen is None else self._lease_step(chosen, timeout, verify="size")
         try:
-            entries = list(os.scandir(self.directory))
-        except FileNotFoundError:
-            return []
-        leftovers: dict[int, list[Path]] = {}
-        for entry in entries:
-            path = Path(entry.path)
-            staging, promoted, lock = (
-                layout.parse_staging(entry.name),
-                layout.parse_step(entry.name),
-                layout.parse_lock(entry.name),
+            leased = self._choose(step, timeout)
+        except Exception as error:
+            if self.world_size > 1:
+                ranks.publish_resume(self.directory, self.run_id, None, error=str(error))
+            raise
+        if self.world_size > 1:
+            ranks.publish_resume(self.directory, self.run_id, leased[0].step if leased else None)
+        return leased
+
+    def _choose(self, step: int | None, timeout: float) -> tuple[Checkpoint, int] | None:
+        """The coordinator's choice: the newest step (or ``step``) that validates, leased; refused ones set aside."""
+        leased, tried = None, set()
+        while leased is None:
+            found = [c for c, _ in self._committed() if (step is None or c.step == step) and c.step not in tried]
+            if not found:
+                break
+            tried.add(found[-1].step)  # a refused step another process holds stays in place: not tried twice
+            leased = self._lease_step(found[-1].step, timeout, verify=self.verify, refuse=True)
+            if leased is None and step is not None:
+                raise CheckpointInvalidError(f"checkpoint of step {step} in {self.directory} was refused (see log)")
+        return leased
+
+    def _lease_step(
+        self, step: int, timeout: float, *, verify: str, refuse: bool = False
+    ) -> tuple[Checkpoint, int] | None:
+        """A shared lock on ``step`` once it validated; None (after refusing it when ``refuse``) otherwise."""
+        checkpoint = Checkpoint(step, self.final_path(step))
+        fd = lock_waiting(self._lock_path(step), shared=True, timeout=timeout, what=f"step {step} in {self.directory}")
+        marker = read_marker(checkpoint.path)
+        if marker is None:  # deleted between the listing and the lock
+            _unlock(self._lock_path(step), fd)
+            if refuse:
+                return None
+            raise FileNotFoundError(f"checkpoint {checkpoint.path} is gone")
+        found = problems(checkpoint.path, marker, verify=verify)  # a restore always reads: no trust by memory
+        if not found:
+            self._trusted.add((step, marker.run_id))
+            return checkpoint, fd
+        _unlock(self._lock_path(step), fd)
+        if not refuse:
+            raise CheckpointInvalidError(f"{checkpoint.path}: {'; '.join(found)}")
+        self._refuse(checkpoint, found)
+        return None
+
+    def validate(self, step: int) -> Checkpoint:
+        """Check every file of ``step`` against its marker (``verify``); CheckpointInvalidError names each file
+        that differs, FileNotFoundError when ``step`` has no marker. Nothing is moved."""
+        path = self.final_path(step)
+        marker = read_marker(path)
+        if marker is None:
+            raise FileNotFoundError(f"no committed checkpoint of step {step} in {self.directory}")
+        found = problems(path, marker, verify=self.verify)
+        if found:
+            raise CheckpointInvalidError(f"{path}: {'; '.join(found)}")
+        return Checkpoint(step, path)
+
+    def save_copy(self, source: str | os.PathLike[str]) -> Checkpoint:
+        """Promotion's commit: copy the committed checkpoint directory ``source`` (another manager's) into this
+        directory under its step, computing each file's CRC32C while copying and comparing it with the source's
+        marker (CheckpointInvalidError naming the file), fsync everything, commit with the source's records (its
+        run id and ranks), then apply retention. FileExistsError when the step is already committed here."""
+        source = Path(source)
+        marker = read_marker(source)
+        if marker is None:
+            raise CheckpointInvalidError(f"{source}: no readable {layout.MARKER} marker")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fd = _lock(self._lock_path(marker.step), shared=False)
+        if fd is None:
+            raise CheckpointBusyError(
+                f"step {marker.step} in {self.directory} is being saved, read or deleted elsewhere"
             )
-            if staging is not None:
-                leftovers.setdefault(staging, []).append(path)
-            elif promoted is not None and entry.is_dir() and not is_complete(path):
-                leftovers.setdefault(promoted, []).append(path)
-            elif lock is not None:
-                leftovers.setdefault(lock, [])
-        removed = []
-        for step, paths in sorted(leftovers.items()):
-            lock_path = self._lock_path(step)
-            fd = _lock(lock_path, shared=False)
-            if fd is None:
-                continue  # a live writer or reader
-            try:
-                for path in paths:
-                    if path.exists() and (layout.parse_staging(path.name) is not None or not is_complete(path)):
-                        shutil.rmtree(path)
-                        removed.append(path)
-            finally:
-                _unlock(lock_path, fd)
-        return removed
+        staging = self.directory / layout.staging_dir(marker.step, uuid.uuid4().hex)
+        try:
+            self._check_new(marker.step, held=True)
+            staging.mkdir()
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                found = [p for p in pool.map(lambda item: _copy_one(source, staging, *item), marker.files.items()) if p]
+            if found:
+                raise CheckpointInvalidError(f"{source}: {'; '.join(found)}")
+            sync_tree(staging, checksum=False)
+            fsync_dir(self.directory)
+            checkpoint = self._commit_locked(marker.step, staging, marker.files, run_id=marker.run_id)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        finally:
+            _unlock(self._lock_path(marker.step), fd)
+        self.retain()
+        return checkpoint
+
+    def writer(self, step: int, **options: Any) -> ManagedWriter:
+        """A ``torch.distributed.checkpoint`` storage writer saving ``step`` through this manager."""
+        from .dcp import ManagedWriter
+
+        return ManagedWriter(self, step, **options)
+
+    def reader(self, step: int | None = None, *, rollback: bool = False) -> ManagedReader | None:
+        """A ``torch.distributed.checkpoint`` storage reader of the newest checkpoint that validates (or ``step``),
+        leased until its data is read; None when there is nothing to resume from. ``rollback`` as in :meth:`load`."""
+        from .dcp import open_reader
+
+        return open_reader(self, step, rollback=rollback)
+
+
+def _copy_one(source: Path, staging: Path, name: str, expected: FileRecord) -> str | None:
+    (staging / name).parent.mkdir(parents=True, exist_ok=True)
+    got = copy_file(source / name, staging / name)
+    if got.size != expected.size:
+        return f"{name}: {got.size} bytes, the marker says {expected.size}"
+    if expected.crc32c is not None and got.crc32c != expected.crc32c:
+        return f"{name}: CRC32C {got.crc32c:08x}, the marker says {expected.crc32c:08x}"
+    return None
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None

@@ -9,13 +9,17 @@ their sum (prometheus_client's multiprocess mode).
 from __future__ import annotations
 
 import os
+from typing import Final
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, multiprocess, start_http_server
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, multiprocess, start_http_server
 
 PORT_VARIABLE = "AI_STORAGE_METRICS_PORT"
 DEFAULT_PORT = 9095
 CHECKPOINT_BUCKETS = (0.5, 1, 2.5, 5, 10, 20, 30, 45, 60, 90, 120, 300, 600)
+BLOCKED_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+LATEST: Final = "mostrecent"
+"""How a gauge is reported in multiprocess mode: the value last set by any process, one series (not one per pid)."""
 READ_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 SAVE_SECONDS = Histogram(
@@ -27,6 +31,40 @@ RESTORE_SECONDS = Histogram(
     buckets=CHECKPOINT_BUCKETS,
 )
 SAVE_FAILURES = Counter("ai_storage_checkpoint_save_failures_total", "Checkpoint saves that raised.")
+VALIDATION_FAILURES = Counter(
+    "ai_storage_checkpoint_validation_failures_total", "Checkpoints refused by validation (size or CRC32C mismatch)."
+)
+LAG_SECONDS = Gauge(
+    "ai_storage_checkpoint_lag_seconds",
+    "Seconds since the oldest requested checkpoint newer than the newest durable one was requested (0: all durable).",
+    multiprocess_mode=LATEST,
+)
+LAG_STEPS = Gauge(
+    "ai_storage_checkpoint_lag_steps",
+    "Newest requested checkpoint step minus newest durable step.",
+    multiprocess_mode=LATEST,
+)
+BLOCKED_SECONDS = Histogram(
+    "ai_storage_checkpoint_blocked_seconds",
+    "Time the training loop blocked per save request (copy to host memory + wait for a free in-flight slot).",
+    buckets=BLOCKED_BUCKETS,
+)
+IN_FLIGHT = Gauge(
+    "ai_storage_checkpoint_in_flight", "Checkpoint saves accepted and not yet durable.", multiprocess_mode=LATEST
+)
+PROMOTION_SECONDS = Histogram(
+    "ai_storage_checkpoint_promotion_seconds",
+    "Duration of each promotion of a local checkpoint to the durable directory (copy, verify, commit).",
+    buckets=CHECKPOINT_BUCKETS,
+)
+PROMOTION_FAILURES = Counter(
+    "ai_storage_checkpoint_promotion_failures_total", "Promotions of a local checkpoint that failed."
+)
+RESTORE_TEST_TIMESTAMP = Gauge(
+    "ai_storage_checkpoint_restore_test_timestamp_seconds",
+    "Unix time of the last successful restore test.",
+    multiprocess_mode=LATEST,
+)
 PREFETCH_HITS = Counter("ai_storage_prefetch_hits_total", "Reads whose prefetched data was ready when asked.")
 PREFETCH_MISSES = Counter("ai_storage_prefetch_misses_total", "Reads the job had to wait for.")
 READ_BYTES = Counter("ai_storage_read_bytes_total", "Bytes the prefetching reader returned to the job.")

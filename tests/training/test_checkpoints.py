@@ -9,6 +9,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+import google_crc32c
 import pytest
 from prometheus_client import REGISTRY
 
@@ -45,7 +46,17 @@ def test_save_then_resume_returns_the_newest_complete_checkpoint_with_its_files(
         pass
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["step-00000010", "step-00000020"]
     marker = json.loads((tmp_path / "run" / "step-00000020" / layout.MARKER).read_text())
-    assert marker == {"step": 20, "files": {"model.bin": 1000, "optimizer/state.json": 11}}
+    model, optimizer = bytes([20]) * 1000, json.dumps({"lr": 0.1}).encode()
+    assert marker == {
+        "format": 2,
+        "step": 20,
+        "run_id": manager.run_id,
+        "world_size": 1,
+        "files": {
+            "model.bin": {"size": 1000, "crc32c": f"{google_crc32c.value(model):08x}", "rank": 0},
+            "optimizer/state.json": {"size": 11, "crc32c": f"{google_crc32c.value(optimizer):08x}", "rank": 0},
+        },
+    }
 
 
 def test_a_directory_without_a_valid_marker_never_counts(tmp_path):

@@ -1,4 +1,7 @@
-"""The storage doctor on a plain directory (the JuiceFS mount is in tests/datapath), its thresholds, its errors."""
+"""The storage doctor on a plain directory (the JuiceFS mount is in tests/datapath), its thresholds, its exit status.
+
+Bad arguments of every subcommand: test_cli.py; fio on many files: test_doctor_fio.py; a job's checkpoint
+directory: test_doctor_checkpoints.py."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import sys
 
 import pytest
 
-from ai_storage_training import doctor
+from ai_storage_training import doctor_juicefs
 from ai_storage_training.thresholds import THRESHOLDS, Threshold
 from components.alert_rules import AlertThresholds
 
@@ -64,7 +67,7 @@ def test_doctor_reports_every_figure_on_a_plain_directory(data, tmp_path, reques
     assert report["reads"]["tool"] == tool and report["reads"]["files"] == 24
     assert report["reads"]["sequential_mb_s"] > 0 and report["reads"]["random_latency_ms"] > 0
     assert report["checkpoint"]["restored_identical"] is True and report["checkpoint"]["failures"] == 0
-    assert report["juicefs"] is None and report["filesystem"]["type"] != doctor.JUICEFS_FSTYPE
+    assert report["juicefs"] is None and report["filesystem"]["type"] != doctor_juicefs.JUICEFS_FSTYPE
     assert {f["figure"] for f in report["findings"]} == FIGURES
     statuses = {f["status"] for f in report["findings"]}
     assert report["status"] == next((s for s in ("critical", "warning") if s in statuses), "ok")
@@ -77,10 +80,8 @@ def test_doctor_reports_every_figure_on_a_plain_directory(data, tmp_path, reques
 def test_doctor_skips_what_it_cannot_measure_and_says_why(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
-    not_a_dir = tmp_path / "file"
-    not_a_dir.write_text("x")
     report_file = tmp_path / "report.json"
-    proc = run_doctor(str(empty), "--json", str(report_file), "--checkpoint-dir", str(not_a_dir))
+    proc = run_doctor(str(empty), "--json", str(report_file), "--checkpoint-dir", "/proc")  # no directory made there
     report = json.loads(report_file.read_text())
     assert "no data files" in report["reads"]["skipped"]
     assert "pass --checkpoint-dir with a writable path" in report["checkpoint"]["skipped"]
@@ -91,9 +92,9 @@ def test_doctor_skips_what_it_cannot_measure_and_says_why(tmp_path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["/no/such/dir"], "PATH: expected a directory; got '/no/such/dir'"),
-        ([".", "--saves", "0"], "--saves: expected a positive integer; got 0"),
-        ([".", "--step-ms", "-1"], "--step-ms: expected zero or more milliseconds"),
+        (["/no/such/dir"], "argument PATH: expected an existing directory (the training data, e.g. /data); got"),
+        ([".", "--saves", "0"], "argument --saves: expected an integer from 1 to 100; got '0' (out of range)"),
+        ([".", "--step-ms=-1"], "argument --step-ms: expected a number from 0 to 60000; got '-1' (out of range)"),
     ],
 )
 def test_bad_arguments_get_a_message_and_no_traceback(args, message):
@@ -111,12 +112,12 @@ def test_the_juicefs_cache_state_comes_from_the_mount_roots_virtual_files(tmp_pa
         "Chunk": {"CacheDir": "/var/jfsCache/x", "CacheSize": 1024},
     }
     (tmp_path / ".config").write_text(json.dumps(config))
-    state = doctor.juicefs_state(str(tmp_path))
+    state = doctor_juicefs.juicefs_state(str(tmp_path))
     assert state["hit_ratio_percent"] == 75.0
     assert state["stats"]["blockcache_bytes"] == 5008192 and "uptime" not in state["stats"]
     assert state["cache"] == {"dir": "/var/jfsCache/x", "size_bytes": 1024} and state["volume"] == "ai-datasets"
     assert "key" not in json.dumps(state)  # nothing of the volume's credentials
-    hidden = doctor.juicefs_state(str(tmp_path / "missing"))
+    hidden = doctor_juicefs.juicefs_state(str(tmp_path / "missing"))
     assert hidden["stats"] is None and "subdirectory bind mount" in hidden["note"]
 
 
@@ -140,3 +141,10 @@ def test_the_thresholds_are_the_platform_alert_rules_defaults():
 )
 def test_a_figure_is_judged_on_the_bad_side_of_its_levels(threshold, value, status):
     assert threshold.judge(value) == status
+
+
+def test_an_io_failure_while_running_is_one_line_exit_3_and_no_report(data):
+    target = "/proc/ai-storage-doctor-report.json"  # /proc is a directory where no file can be made
+    proc = run_doctor(str(data), "--json", target, "--read-mib", "1", "--checkpoint-mib", "1", "--no-fio")
+    assert proc.returncode == 3 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "doctor: error: FileNotFoundError" in proc.stderr and not os.path.exists(target)

@@ -1,0 +1,179 @@
+"""Checked argument types for the command line, and writing an output file completely or not at all.
+
+Each type is an argparse ``type=``: it turns the text into a value or raises ``ArgumentTypeError`` with what
+was expected and what was given, so argparse names the argument in one line (``argument --saves: expected an
+integer from 1 to 100; got '0'``). tests/training/test_cli.py generates bad values for every argument from
+these types: an argument with a new type needs its row in that test's table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def _refuse(expected: str, text: str, why: str = "") -> argparse.ArgumentTypeError:
+    return argparse.ArgumentTypeError(f"expected {expected}; got {text!r}{f' ({why})' if why else ''}")
+
+
+def _kind(path: Path) -> str:
+    """What is at ``path``, for a message: 'no such path', 'a directory', 'a file', ..."""
+    if not os.path.lexists(path):
+        return "no such path"
+    if path.is_dir():
+        return "a directory"
+    return "a file" if path.is_file() else "neither a file nor a directory"
+
+
+@dataclass(frozen=True)
+class Directory:
+    """An existing directory (``what`` says which, for the message)."""
+
+    what: str = ""
+
+    def __call__(self, text: str) -> Path:
+        path = Path(text)
+        expected = f"an existing directory{f' ({self.what})' if self.what else ''}"
+        if not text or not path.is_dir():
+            raise _refuse(expected, text, _kind(path) if text else "empty")
+        return path
+
+
+@dataclass(frozen=True)
+class File:
+    """An existing regular file."""
+
+    what: str = ""
+
+    def __call__(self, text: str) -> Path:
+        path = Path(text)
+        expected = f"an existing file{f' ({self.what})' if self.what else ''}"
+        if not text or not path.is_file():
+            raise _refuse(expected, text, _kind(path) if text else "empty")
+        return path
+
+
+@dataclass(frozen=True)
+class OutputFile:
+    """A file to write: not a directory, in a directory that exists (the file itself may exist: replaced)."""
+
+    what: str = ""
+
+    def __call__(self, text: str) -> Path:
+        path = Path(text)
+        expected = f"a file path to write{f' ({self.what})' if self.what else ''} in an existing directory"
+        if not text or text.endswith(os.sep):
+            raise _refuse(expected, text, "empty" if not text else "a directory name")
+        if path.is_dir():
+            raise _refuse(expected, text, "a directory")
+        parent = path.parent
+        if not parent.is_dir():
+            raise _refuse(expected, text, f"{parent}: {_kind(parent)}")
+        return path
+
+
+@dataclass(frozen=True)
+class OutputDirectory:
+    """A directory to create or fill: not a file, in a directory that exists (it may exist itself)."""
+
+    what: str = ""
+
+    def __call__(self, text: str) -> Path:
+        path = Path(text)
+        expected = f"a directory to write{f' ({self.what})' if self.what else ''} in an existing directory"
+        if not text:
+            raise _refuse(expected, text, "empty")
+        if os.path.lexists(path) and not path.is_dir():
+            raise _refuse(expected, text, _kind(path))
+        parent = path.absolute().parent
+        if not parent.is_dir():
+            raise _refuse(expected, text, f"{parent}: {_kind(parent)}")
+        return path
+
+
+@dataclass(frozen=True)
+class Name:
+    """A name that is one path component: letters, digits, '.', '_' or '-', not starting with '.' or '-'."""
+
+    what: str = "a name"
+
+    def __call__(self, text: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}", text):
+            why = "empty" if not text else "too long" if len(text) > 128 else "a character or start not allowed"
+            raise _refuse(
+                f"{self.what}: 1-128 letters, digits, '.', '_' or '-', not starting with '.' or '-'", text, why
+            )
+        return text
+
+
+@dataclass(frozen=True)
+class Hex:
+    """Exactly ``digits`` hexadecimal digits (a digest such as SHA-256: 64), returned in lower case."""
+
+    digits: int
+
+    def __call__(self, text: str) -> str:
+        if not re.fullmatch(rf"[0-9A-Fa-f]{{{self.digits}}}", text):
+            why = f"{len(text)} characters" if len(text) != self.digits else "not hexadecimal"
+            raise _refuse(f"{self.digits} hexadecimal digits", text, why)
+        return text.lower()
+
+
+@dataclass(frozen=True)
+class Integer:
+    """A whole number from ``minimum`` to ``maximum``."""
+
+    minimum: int
+    maximum: int
+
+    def __call__(self, text: str) -> int:
+        expected = f"an integer from {self.minimum} to {self.maximum}"
+        try:
+            value = int(text)
+        except ValueError:
+            raise _refuse(expected, text) from None
+        if not self.minimum <= value <= self.maximum:
+            raise _refuse(expected, text, "out of range")
+        return value
+
+
+@dataclass(frozen=True)
+class Number:
+    """A finite number from ``minimum`` to ``maximum``."""
+
+    minimum: float
+    maximum: float
+
+    def __call__(self, text: str) -> float:
+        expected = f"a number from {self.minimum:g} to {self.maximum:g}"
+        try:
+            value = float(text)
+        except ValueError:
+            raise _refuse(expected, text) from None
+        if not math.isfinite(value):
+            raise _refuse(expected, text, "not finite")
+        if not self.minimum <= value <= self.maximum:
+            raise _refuse(expected, text, "out of range")
+        return value
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` completely or not at all: a hidden temporary file beside it, fsynced, then
+    renamed over ``path``; on any failure the temporary file is removed and ``path`` is left as it was."""
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise

@@ -1,0 +1,248 @@
+"""The commit primitives every checkpoint writer shares: CRC32C records, durability, the marker, validation, locks.
+
+The ``COMPLETE`` marker (JSON, written last: temporary name, fsynced, renamed, directory fsynced) reads::
+
+    {"format": 2, "step": 20, "run_id": "3f2a...", "world_size": 2,
+     "files": {"__0_0.distcp": {"size": 1048576, "crc32c": "1c2f4a9e", "rank": 0}, ...}}
+
+It lists every file of every rank (path relative to the step directory) with its size and CRC32C (Castagnoli,
+``google-crc32c``, 8 hex digits). Markers written before checksums (``"files": {name: size}``) still read, and
+validate by size only.
+
+Validation (:func:`problems`) re-reads every listed file and compares size and CRC32C (``verify="crc32c"``), or
+only sizes (``verify="size"``: a stat per file, chosen explicitly). CRC32C runs at about 9 GB/s on one core
+here (256 MiB in 0.028 s, SSE4.2), so a full validation costs what reading the checkpoint once costs.
+
+Locks are ``flock`` on one hidden lock file per step; they work across nodes on JuiceFS and CephFS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import google_crc32c
+
+from . import layout
+
+SYNC_WORKERS = 16
+"""Files fsynced (or checksummed) at once: on JuiceFS each fsync uploads the file's blocks."""
+CHUNK = 8 * 1024 * 1024
+VERIFY_MODES = ("crc32c", "size")
+
+
+class CheckpointInvalidError(ValueError):
+    """A checkpoint's files do not match its marker (the message names each file and what differs)."""
+
+
+class CheckpointBusyError(RuntimeError):
+    """Another process holds the step's lock (saving it, reading it or deleting it)."""
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    """One file of a checkpoint as the marker lists it. ``crc32c`` is None in markers older than checksums."""
+
+    size: int
+    crc32c: int | None
+    rank: int = 0
+
+    def to_json(self) -> dict[str, object]:
+        crc = None if self.crc32c is None else f"{self.crc32c:08x}"
+        return {"size": self.size, "crc32c": crc, "rank": self.rank}
+
+    @classmethod
+    def from_json(cls, value: object) -> FileRecord:
+        if isinstance(value, int) and not isinstance(value, bool):  # a marker written before checksums
+            return cls(value, None)
+        if not isinstance(value, dict) or not isinstance(value.get("size"), int):
+            raise ValueError(f"a file record needs a size; got {value!r}")
+        crc = value.get("crc32c")
+        return cls(value["size"], None if crc is None else int(crc, 16), int(value.get("rank", 0)))
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A parsed ``COMPLETE`` marker."""
+
+    step: int
+    files: dict[str, FileRecord]
+    run_id: str = ""
+    world_size: int = 1
+
+
+def crc32c_file(path: str | os.PathLike[str]) -> FileRecord:
+    """Size and CRC32C of a file, read in 8 MiB blocks."""
+    crc, size = 0, 0
+    with open(path, "rb", buffering=0) as f:
+        while data := f.read(CHUNK):  # bytes: google_crc32c's C extension takes no other buffer type
+            crc = google_crc32c.extend(crc, data)
+            size += len(data)
+    return FileRecord(size, crc)
+
+
+def copy_file(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> FileRecord:
+    """Copy ``source`` to a new file ``target`` (fsynced), computing its size and CRC32C from the copied bytes."""
+    crc, size = 0, 0
+    with open(source, "rb", buffering=0) as src, open(target, "xb", buffering=0) as dst:
+        while data := src.read(CHUNK):
+            crc = google_crc32c.extend(crc, data)
+            dst.write(data)
+            size += len(data)
+        os.fsync(dst.fileno())
+    return FileRecord(size, crc)
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_file(path: str) -> int:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+
+
+def _sync_and_sum(path: str) -> FileRecord:
+    """fsync a file, then checksum it while its bytes are still in the page cache."""
+    _fsync_file(path)
+    return crc32c_file(path)
+
+
+def sync_tree(root: Path, *, checksum: bool = True, rank: int = 0) -> dict[str, FileRecord]:
+    """fsync every file under ``root`` (in parallel) and every directory bottom-up; return each file's record by
+    its path under ``root`` (size and, with ``checksum``, CRC32C read back right after the fsync)."""
+    walk = list(os.walk(root, topdown=False))
+    paths = [os.path.join(directory, name) for directory, _, names in walk for name in names]
+
+    def one(path: str) -> FileRecord:
+        record = _sync_and_sum(path) if checksum else FileRecord(_fsync_file(path), None)
+        return FileRecord(record.size, record.crc32c, rank)
+
+    with ThreadPoolExecutor(max_workers=SYNC_WORKERS) as pool:
+        records = list(pool.map(one, paths))
+    for directory, _, _ in walk:
+        fsync_dir(directory)
+    return {os.path.relpath(path, root): record for path, record in zip(paths, records, strict=True)}
+
+
+def write_json_atomically(path: Path, document: object) -> None:
+    """Write ``document`` to ``path``: a temporary hidden name, fsynced, renamed, the directory fsynced."""
+    temporary = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:12]}"
+    with open(temporary, "w") as f:
+        json.dump(document, f, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(temporary, path)
+    fsync_dir(path.parent)
+
+
+def write_marker(final: Path, marker: Marker) -> None:
+    """Write ``COMPLETE`` into ``final``: the commit point of a checkpoint."""
+    files = {name: record.to_json() for name, record in sorted(marker.files.items())}
+    document = {"format": 2, "step": marker.step, "run_id": marker.run_id, "world_size": marker.world_size}
+    write_json_atomically(final / layout.MARKER, {**document, "files": files})
+
+
+def read_marker(path: Path) -> Marker | None:
+    """The marker of checkpoint directory ``path``, or None when it is missing or unreadable."""
+    try:
+        document = json.loads((path / layout.MARKER).read_text())
+        files = {str(name): FileRecord.from_json(value) for name, value in document["files"].items()}
+        return Marker(int(document["step"]), files, str(document.get("run_id", "")), int(document.get("world_size", 1)))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def is_complete(path: Path) -> bool:
+    """True when ``path`` carries a valid marker and every file the marker lists has its size (a copy restored
+    under another name counts too). No checksum is read: :func:`problems` does that."""
+    marker = read_marker(path)
+    return marker is not None and not problems(path, marker, verify="size")
+
+
+def problems(path: Path, marker: Marker, verify: str = "crc32c") -> list[str]:
+    """What differs between checkpoint ``path`` and its marker: one line per file (missing, size, CRC32C)."""
+
+    def check(item: tuple[str, FileRecord]) -> str | None:
+        name, expected = item
+        try:
+            size = (path / name).stat().st_size
+            if size != expected.size:
+                return f"{name}: {size} bytes, the marker says {expected.size}"
+            if verify == "crc32c" and expected.crc32c is not None:
+                actual = crc32c_file(path / name).crc32c
+                if actual != expected.crc32c:
+                    return f"{name}: CRC32C {actual:08x}, the marker says {expected.crc32c:08x}"
+        except OSError as error:
+            return f"{name}: {error.strerror or error}"
+        return None
+
+    with ThreadPoolExecutor(max_workers=SYNC_WORKERS) as pool:
+        return [line for line in pool.map(check, sorted(marker.files.items())) if line]
+
+
+def lock(path: Path, *, shared: bool) -> int | None:
+    """A descriptor holding ``flock`` on ``path`` (created if missing), or None when another process holds a
+    conflicting lock. A lock file that its last holder unlinked meanwhile is not the lock any more: retry."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        try:
+            current = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            current = False
+        if current:
+            return fd
+        os.close(fd)
+
+
+def lock_waiting(path: Path, *, shared: bool, timeout: float, what: str) -> int:
+    """:func:`lock`, retried until ``timeout`` seconds; CheckpointBusyError naming ``what`` after that."""
+    deadline = time.monotonic() + timeout
+    while (fd := lock(path, shared=shared)) is None:
+        if time.monotonic() > deadline:
+            raise CheckpointBusyError(f"{what} stayed locked by another process for {timeout}s")
+        time.sleep(0.05)
+    return fd
+
+
+def unlock(path: Path, fd: int) -> None:
+    """Release the lock; the last holder (the one that can take it exclusively) removes the lock file."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        pass
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    finally:
+        os.close(fd)
+
+
+def move_aside(path: Path, into: Path) -> Path:
+    """Rename ``path`` into the hidden directory ``into`` under a unique name; both parents fsynced."""
+    into.mkdir(exist_ok=True)
+    target = into / f"{path.name}.{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:6]}"
+    os.rename(path, target)
+    fsync_dir(path.parent)
+    fsync_dir(into)
+    return target

@@ -1,0 +1,104 @@
+"""The doctor's judgement: findings (measured figures against their thresholds, and observations), the verdict,
+and the summary a person reads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .thresholds import THRESHOLDS, Status
+
+MIB = 1024 * 1024
+SOURCES = {
+    "read_throughput_mb_s": ("reads", "sequential_mb_s", "sequential read", "MB/s"),
+    "read_latency_ms": ("reads", "random_latency_ms", "random read latency", "ms"),
+    "cache_hit_ratio_percent": ("juicefs", "hit_ratio_percent", "JuiceFS cache hit ratio", "%"),
+    "prefetch_hit_ratio_percent": ("prefetch", "hit_ratio_percent", "prefetch hit ratio", "%"),
+    "checkpoint_save_seconds": ("checkpoint", "save_seconds", "checkpoint save (slowest)", "s"),
+    "checkpoint_restore_seconds": ("checkpoint", "restore_seconds", "checkpoint restore", "s"),
+    "checkpoint_save_failure_percent": ("checkpoint", "failure_percent", "checkpoint save failures", "%"),
+}
+"""Each threshold's figure: (report section, key, label, unit)."""
+
+
+def observation(check: str, label: str, status: Status, detail: str) -> dict[str, Any]:
+    """A finding that is not a measured figure (a tool that failed, a torn checkpoint, ...)."""
+    return {"check": check, "label": label, "status": status, "detail": detail}
+
+
+def figure_findings(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each measured figure judged against its threshold."""
+    found = []
+    for name, (section, key, label, unit) in SOURCES.items():
+        value = (report.get(section) or {}).get(key)
+        if value is None:
+            continue
+        threshold = THRESHOLDS[name]
+        found.append(
+            {
+                "figure": name,
+                "label": label,
+                "value": value,
+                "unit": unit,
+                "status": threshold.judge(value),
+                "thresholds": threshold.describe(),
+            }
+        )
+    return found
+
+
+def tool_findings(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """A read tool that failed: a warning (the figures come from the Python reads instead)."""
+    error = (report.get("reads") or {}).get("fio_error")
+    if not error:
+        return []
+    return [observation("fio", "read tool", "warning", f"{error}; reads measured in Python instead")]
+
+
+def verdict(findings: list[dict[str, Any]]) -> Status:
+    """The worst status of the findings (``ok`` when there are none)."""
+    statuses = {f["status"] for f in findings}
+    return "critical" if "critical" in statuses else "warning" if "warning" in statuses else "ok"
+
+
+def _juicefs_lines(juicefs: dict[str, Any]) -> list[str]:
+    stats = juicefs.get("stats")
+    if not stats:
+        return [f"  JuiceFS: {juicefs['note']}"]
+    cached = stats.get("blockcache_bytes", 0) / MIB
+    return [
+        f"  JuiceFS cache: {cached:.0f} MiB in {stats.get('blockcache_blocks', 0):g} blocks, "
+        f"{stats.get('blockcache_evicts', 0):g} evicted since mount"
+    ]
+
+
+def checkpoints_line(state: dict[str, Any]) -> str:
+    """One line: what the job's checkpoint directory holds (its findings are listed above it)."""
+    valid = len([c for c in state["committed"] if not c["problems"]])
+    newest = state["newest_valid_step"]
+    return (
+        f"  checkpoints in {state['directory']}: {valid} of {len(state['committed'])} committed validate "
+        f"({state['verify']}), newest valid step {newest if newest is not None else 'none'}; "
+        f"{len(state['in_flight'])} in flight, {len(state['retired'])} retired"
+    )
+
+
+def summary(report: dict[str, Any]) -> str:
+    """A few lines a person reads: the findings with their status, what was skipped, the verdict."""
+    fs = report["filesystem"]
+    lines = [f"ai-storage doctor: {report['path']} ({fs['type'] or 'unknown'} at {fs['mountpoint']})"]
+    for f in report["findings"]:
+        if "figure" in f:
+            value = f"{f['value']:g} {f['unit']}"
+            lines.append(f"  {f['label']:<28} {value:>14}  {f['status'].upper():<8} ({f['thresholds']})")
+        else:
+            lines.append(f"  {f['label']:<28} {'':>14}  {f['status'].upper():<8} {f['detail']}")
+    for section in ("reads", "prefetch", "checkpoint"):
+        skipped = (report.get(section) or {}).get("skipped")
+        if skipped:
+            lines.append(f"  {section}: skipped: {skipped}")
+    if report.get("juicefs"):
+        lines += _juicefs_lines(report["juicefs"])
+    if report.get("checkpoints"):
+        lines.append(checkpoints_line(report["checkpoints"]))
+    lines.append(f"  verdict: {report['status'].upper()}")
+    return "\n".join(lines)

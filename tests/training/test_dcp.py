@@ -1,0 +1,97 @@
+"""torch.distributed.checkpoint through the manager, with real torch: ranks are processes on gloo (forked from a
+forkserver that preloaded torch), saving with ``dcp.async_save`` into the manager's writer (``dcp_job``)."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import REGISTRY
+
+torch = pytest.importorskip("torch")
+
+import torch.distributed.checkpoint as dcp  # noqa: E402
+from torch.distributed.checkpoint.api import CheckpointException  # noqa: E402
+
+from ai_storage_training import CheckpointManager, layout  # noqa: E402
+from ai_storage_training.commit import read_marker  # noqa: E402
+from tests.training import dcp_job  # noqa: E402
+
+
+def test_saved_on_four_ranks_resumed_on_two_bit_for_bit_with_every_shard_listed(tmp_path):
+    directory, records = tmp_path / "ckpt", tmp_path / "records"
+    records.mkdir()
+    dcp_job.run(4, directory, records, steps=3)
+    marker = read_marker(directory / layout.step_dir(3))
+    assert marker is not None and marker.world_size == 4
+    assert {record.rank for record in marker.files.values()} == {0, 1, 2, 3}
+    second = dcp_job.run(2, directory, records, steps=4)
+    assert dcp_job.resumed(records, second) == [{"step": 3, "checkpoint": 3, "identical": True}] * 2
+    assert dcp_job.committed_steps_are_whole(directory) == [2, 3, 4]
+
+
+def test_a_flipped_byte_is_refused_naming_the_file_and_the_job_saves_that_step_again(tmp_path):
+    """See :func:`dcp_job.flip_and_resume`: on a local disk here, on the JuiceFS mount in tests/datapath."""
+    dcp_job.flip_and_resume(tmp_path)
+
+
+def test_a_rollback_lets_a_single_process_save_the_abandoned_steps_again(tmp_path):
+    manager = CheckpointManager(tmp_path, keep=None)
+    model, optimizer = dcp_job.make()
+    for step in (1, 2, 3):
+        dcp_job.train(model, optimizer, step)
+        dcp.save({"model": model.state_dict(), "step": {"n": step}}, storage_writer=manager.writer(step))
+    with pytest.raises(CheckpointException, match=r"FileExistsError: checkpoint .*step-00000002 already exists"):
+        dcp.save({"model": model.state_dict()}, storage_writer=manager.writer(2))
+    state = {"model": dcp_job.make()[0].state_dict(), "step": {"n": -1}}
+    reader = manager.reader(1, rollback=True)
+    assert reader is not None and reader.checkpoint.step == 1
+    dcp.load(state, storage_reader=reader)
+    assert state["step"]["n"] == 1 and [c.step for c in manager.checkpoints()] == [1]
+    assert sorted(p.name.split(".")[0] for p in (tmp_path / layout.RETIRED).iterdir()) == [
+        "step-00000002",
+        "step-00000003",
+    ]
+    dcp.save({"model": model.state_dict(), "step": {"n": 2}}, storage_writer=manager.writer(2))
+    assert [c.step for c in manager.checkpoints()] == [1, 2]
+
+
+@pytest.mark.parametrize(("world_size", "iterations"), [(2, 8), (4, 6)])
+def test_kill_9_of_a_rank_all_ranks_or_the_coordinator_never_commits_a_partial_or_mixed_step(
+    tmp_path, world_size, iterations
+):
+    """See :func:`dcp_job.kill_loop`: on a local disk here, on the JuiceFS mount in tests/datapath."""
+    dcp_job.kill_loop(tmp_path, world_size, iterations)
+
+
+def test_dcp_saves_and_restores_are_measured_and_a_refusal_counted(tmp_path):
+    def sample(name: str) -> float:
+        return REGISTRY.get_sample_value(name) or 0.0
+
+    manager = CheckpointManager(tmp_path, keep=None)
+    model, _ = dcp_job.make()
+    saves, restores = (
+        sample("ai_storage_checkpoint_save_seconds_count"),
+        sample("ai_storage_checkpoint_restore_seconds_count"),
+    )
+    for step in (1, 2):
+        dcp.save({"model": model.state_dict()}, storage_writer=manager.writer(step))
+    assert sample("ai_storage_checkpoint_save_seconds_count") == saves + 2
+    shard = tmp_path / layout.step_dir(2) / "__0_0.distcp"
+    data = shard.read_bytes()
+    shard.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    refusals = sample("ai_storage_checkpoint_validation_failures_total")
+    reader = manager.reader()
+    assert reader is not None and reader.checkpoint.step == 1
+    dcp.load({"model": model.state_dict()}, storage_reader=reader)
+    assert sample("ai_storage_checkpoint_validation_failures_total") == refusals + 1
+    assert sample("ai_storage_checkpoint_restore_seconds_count") == restores + 1
+
+
+def test_the_writer_and_reader_refuse_what_would_bypass_the_manager(tmp_path):
+    manager = CheckpointManager(tmp_path)
+    with pytest.raises(ValueError, match="sync_files/overwrite: the manager always fsyncs"):
+        manager.writer(1, sync_files=False)
+    with pytest.raises(ValueError, match="step: expected a non-negative integer"):
+        manager.writer(-1)
+    with pytest.raises(ValueError, match="checkpoint_id: the manager names the directory"):
+        dcp.save({"x": torch.zeros(1)}, checkpoint_id=tmp_path / "elsewhere", storage_writer=manager.writer(1))
+    assert manager.reader() is None and not (tmp_path / "elsewhere").exists()
