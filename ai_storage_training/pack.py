@@ -22,6 +22,7 @@ from pathlib import Path
 import google_crc32c
 
 from . import manifest as mf
+from .cli_types import Directory, File, Name, Number, OutputDirectory
 
 DEFAULT_SHARD_MIB = 64
 TAR_BLOCK = 512
@@ -143,21 +144,19 @@ def pack(
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("pack", help="pack small files into WebDataset shards with a versioned manifest")
-    p.add_argument("source", type=Path, help="directory holding the files to pack")
-    p.add_argument("--root", type=Path, required=True, help="datasets root; writes ROOT/DATASET/VERSION/")
-    p.add_argument("--dataset", required=True, help="dataset name")
-    p.add_argument("--version", required=True, help="version to publish (refused if already published)")
-    p.add_argument("--files-from", type=Path, help="file listing the paths to pack, relative to SOURCE, one a line")
-    p.add_argument("--shard-mib", type=float, default=DEFAULT_SHARD_MIB, help="target shard size in MiB")
+    p.add_argument("source", type=Directory("the files to pack"), help="directory holding the files to pack")
+    p.add_argument("--root", type=OutputDirectory("datasets root"), required=True, help="writes ROOT/DATASET/VERSION/")
+    p.add_argument("--dataset", type=Name("a dataset name"), required=True, help="dataset name")
+    p.add_argument(
+        "--version", type=Name("a version"), required=True, help="version to publish (refused if already published)"
+    )
+    p.add_argument("--files-from", type=File("a list of paths"), help="paths to pack, relative to SOURCE, one a line")
+    p.add_argument("--shard-mib", type=Number(0.01, 65536), default=DEFAULT_SHARD_MIB, help="target shard size in MiB")
     p.set_defaults(run=run)
     return p
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.source.is_dir():
-        return _fail(2, f"SOURCE: expected a directory of files to pack; got {args.source}")
-    if not args.shard_mib > 0:
-        return _fail(2, f"--shard-mib: expected a positive size in MiB; got {args.shard_mib}")
     try:
         files = args.files_from.read_text().splitlines() if args.files_from else None
         result = pack(

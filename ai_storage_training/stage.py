@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from . import manifest as mf
+from .cli_types import Directory, Hex, Name, OutputDirectory
 
 
 def _verified(dest: Path, manifest: mf.Manifest, shard: mf.Shard) -> bool:
@@ -88,12 +89,22 @@ def stage(
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("stage", help="copy a dataset version onto a local volume, verified against its manifest")
-    p.add_argument("--source", type=Path, required=True, help="the dataset version directory (manifest.json + shards)")
-    p.add_argument("--dest", type=Path, required=True, help="directory on the local volume to stage into")
-    p.add_argument("--version", help="expected version (default: the name of the source directory)")
+    p.add_argument(
+        "--source",
+        type=Directory("a dataset version: manifest.json + shards"),
+        required=True,
+        help="the dataset version directory (manifest.json + shards)",
+    )
+    p.add_argument(
+        "--dest", type=OutputDirectory("the staged copy"), required=True, help="where to stage, on the local volume"
+    )
+    p.add_argument(
+        "--version", type=Name("a version"), help="expected version (default: the name of the source directory)"
+    )
     p.add_argument(
         "--manifest-sha256",
-        default=os.environ.get(mf.SHA256_VARIABLE, ""),
+        type=Hex(64),
+        default=os.environ.get(mf.SHA256_VARIABLE) or None,
         help=f"expected SHA-256 of manifest.json (default ${mf.SHA256_VARIABLE})",
     )
     p.set_defaults(run=run)
@@ -101,12 +112,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.source.is_dir():
-        return _fail(2, f"--source: expected a dataset version directory (manifest.json + shards); got {args.source}")
-    try:
-        mf.expected_sha256(args.manifest_sha256)
-    except ValueError as e:
-        return _fail(2, f"--manifest-sha256: {e}")
     try:
         manifest, copied = stage(args.source, args.dest, version=args.version, sha256=args.manifest_sha256)
     except mf.DatasetError as e:

@@ -79,23 +79,29 @@ def test_pack_lists_every_shard_with_size_samples_and_crc32c_and_refuses_to_over
     assert (packed / "manifest.json").read_bytes() == raw and intact(packed) == manifest
 
 
+PACK = "python -m ai_storage_training pack: error: argument"
+HELP = " (see python -m ai_storage_training pack --help)"
+REFUSED = "a character or start not allowed"
+NAME = "1-128 letters, digits, '.', '_' or '-', not starting with '.' or '-'"
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--shard-mib", "0"], "pack: --shard-mib: expected a positive size in MiB; got 0.0"),
-        (["--dataset", "../up"], "pack: dataset: expected letters, digits, '.', '_' or '-' (not leading); got '../up'"),
-        (["--version", ""], "pack: version: expected letters, digits, '.', '_' or '-' (not leading); got ''"),
+        (["--shard-mib", "0"], f"{PACK} --shard-mib: expected a number from 0.01 to 65536; got '0' (out of range)"),
+        (["--dataset", "../up"], f"{PACK} --dataset: expected a dataset name: {NAME}; got '../up' ({REFUSED})"),
+        (["--version", ""], f"{PACK} --version: expected a version: {NAME}; got '' (empty)"),
     ],
 )
 def test_bad_pack_arguments_exit_2_with_one_line_naming_the_argument(tmp_path, args, message):
     files = make_files(tmp_path / "files", 2)
     base = ["--root", str(tmp_path / "cold"), "--dataset", "toy", "--version", "v1"]
     done = cli("pack", str(files), *base, *args)
-    assert (done.returncode, done.stderr) == (2, message + "\n")
+    assert (done.returncode, done.stderr) == (2, message + HELP + "\n")
     assert not (tmp_path / "cold" / "toy" / "v1" / "manifest.json").exists()
     missing = cli("pack", str(tmp_path / "nowhere"), *base)
-    assert (missing.returncode, missing.stderr) == (2, f"pack: SOURCE: expected a directory of files to pack; got "
-                                                       f"{tmp_path / 'nowhere'}\n")  # fmt: skip
+    expected = f"{PACK} source: expected an existing directory (the files to pack); got '{tmp_path / 'nowhere'}'"
+    assert (missing.returncode, missing.stderr) == (2, f"{expected} (no such path){HELP}\n")
 
 
 def test_a_packer_killed_at_random_points_never_leaves_a_manifest_listing_a_missing_or_incomplete_shard(tmp_path):
@@ -223,11 +229,15 @@ def test_stage_refuses_a_manifest_not_matching_the_pinned_sha256_and_a_malformed
     bad = stage(packed, tmp_path / "hot", "--manifest-sha256", "xyz")
     assert (bad.returncode, bad.stderr) == (
         2,
-        "stage: --manifest-sha256: manifest SHA-256: expected 64 hex digits; got 'xyz' "
-        "(or $AI_STORAGE_DATASET_MANIFEST_SHA256)\n",
+        "python -m ai_storage_training stage: error: argument --manifest-sha256: expected 64 hexadecimal digits; "
+        "got 'xyz' (3 characters) (see python -m ai_storage_training stage --help)\n",
     )
+    malformed_pin = stage(packed, tmp_path / "hot", AI_STORAGE_DATASET_MANIFEST_SHA256="xyz")
+    assert malformed_pin.returncode == 2 and "argument --manifest-sha256: expected 64" in malformed_pin.stderr
     nowhere = stage(tmp_path / "nowhere", tmp_path / "hot")
-    assert nowhere.returncode == 2 and nowhere.stderr.startswith("stage: --source: expected a dataset version")
+    assert nowhere.returncode == 2 and "argument --source: expected an existing directory (a dataset version" in (
+        nowhere.stderr
+    )
 
 
 def test_a_dest_holding_another_version_restaged_from_a_damaged_source_is_left_unmarked(packed, tmp_path):
