@@ -80,18 +80,23 @@ class OutputFile:
 
 @dataclass(frozen=True)
 class OutputDirectory:
-    """A directory to create or fill: not a file, in a directory that exists (it may exist itself)."""
+    """A directory to create or fill: not a file, in a directory that exists (it may exist itself); with
+    ``parents``, missing parents are made too, so only the nearest existing one must be a directory."""
 
     what: str = ""
+    parents: bool = False
 
     def __call__(self, text: str) -> Path:
         path = Path(text)
-        expected = f"a directory to write{f' ({self.what})' if self.what else ''} in an existing directory"
+        where = "under an existing directory" if self.parents else "in an existing directory"
+        expected = f"a directory to write{f' ({self.what})' if self.what else ''} {where}"
         if not text:
             raise _refuse(expected, text, "empty")
         if os.path.lexists(path) and not path.is_dir():
             raise _refuse(expected, text, _kind(path))
         parent = path.absolute().parent
+        while self.parents and not os.path.lexists(parent) and parent != parent.parent:
+            parent = parent.parent
         if not parent.is_dir():
             raise _refuse(expected, text, f"{parent}: {_kind(parent)}")
         return path

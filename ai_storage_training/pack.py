@@ -145,7 +145,8 @@ def pack(
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("pack", help="pack small files into WebDataset shards with a versioned manifest")
     p.add_argument("source", type=Directory("the files to pack"), help="directory holding the files to pack")
-    p.add_argument("--root", type=OutputDirectory("datasets root"), required=True, help="writes ROOT/DATASET/VERSION/")
+    root = OutputDirectory("datasets root", parents=True)
+    p.add_argument("--root", type=root, required=True, help="writes ROOT/DATASET/VERSION/")
     p.add_argument("--dataset", type=Name("a dataset name"), required=True, help="dataset name")
     p.add_argument(
         "--version", type=Name("a version"), required=True, help="version to publish (refused if already published)"

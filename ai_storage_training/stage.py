@@ -96,7 +96,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="the dataset version directory (manifest.json + shards)",
     )
     p.add_argument(
-        "--dest", type=OutputDirectory("the staged copy"), required=True, help="where to stage, on the local volume"
+        "--dest",
+        type=OutputDirectory("the staged copy", parents=True),
+        required=True,
+        help="where to stage, on the local volume",
     )
     p.add_argument(
         "--version", type=Name("a version"), help="expected version (default: the name of the source directory)"

@@ -77,8 +77,9 @@ def bad_values(action: argparse.Action) -> list[tuple[str, str]]:
     if isinstance(kind, cli_types.OutputDirectory):
         return [
             ("{tmp}/a-file", "a file"),
-            ("{tmp}/missing/new-dir", "no such path"),
             ("{tmp}/a-file/new-dir", "a file"),
+            # made with its parents: only the nearest existing one must be a directory
+            ("{tmp}/a-file/missing/new-dir", "a file") if kind.parents else ("{tmp}/missing/new-dir", "no such path"),
             ("", "empty"),
         ]
     if isinstance(kind, cli_types.Name):
@@ -218,12 +219,14 @@ SAMPLES = {
     cli_types.Integer: cli_types.Integer(1, 100),
     cli_types.Number: cli_types.Number(0, 60),
 }
+VARIANTS = [cli_types.OutputDirectory(parents=True)]
+"""Types whose options change what they refuse."""
 
 
 def test_every_checked_type_has_rows_and_refuses_each_bad_value(workspace):
     """The table covers every type, also those no wired subcommand uses yet (in process: the types alone)."""
     assert set(SAMPLES) == set(CHECKED), "a new type in cli_types: add a sample and its rows here"
-    for kind in SAMPLES.values():
+    for kind in [*SAMPLES.values(), *VARIANTS]:
         action = argparse.ArgumentParser().add_argument("--x", type=kind)
         good = good_value(action).replace("{tmp}", str(workspace))
         assert kind(good) is not None
