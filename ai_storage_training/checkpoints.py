@@ -116,7 +116,7 @@ class CheckpointManager(CheckpointStore):
                 ranks.abort(staging, f"rank {self.rank} failed: {error!r}")
             raise
         finally:
-            _unlock(self._lock_path(step), fd)
+            _unlock(self._lock_path(step), fd, remove=self.is_coordinator)
         if not self.is_coordinator:
             ranks.wait_for_commit(self.final_path(step), staging, run_id=self.run_id, timeout=self.timeout)
             return Checkpoint(step, self.final_path(step))

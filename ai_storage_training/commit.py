@@ -249,15 +249,17 @@ def lock_waiting(path: Path, *, shared: bool, timeout: float, what: str) -> int:
     return fd
 
 
-def unlock(path: Path, fd: int) -> None:
-    """Release the lock; the last holder (the one that can take it exclusively) removes the lock file."""
+def unlock(path: Path, fd: int, *, remove: bool = True) -> None:
+    """Release the lock; the last holder (the one that can take it exclusively) removes the lock file, unless
+    ``remove`` is False: a rank that is not the coordinator leaves it to the coordinator, whose commit would
+    otherwise reopen it through a stale cached entry on another node (see the module docstring)."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if remove:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
     except BlockingIOError:
         pass
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
     finally:
         os.close(fd)
 
