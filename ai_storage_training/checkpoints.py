@@ -116,7 +116,7 @@ class CheckpointManager(CheckpointStore):
                 ranks.abort(staging, f"rank {self.rank} failed: {error!r}")
             raise
         finally:
-            _unlock(self._lock_path(step), fd)
+            _unlock(self._lock_path(step), fd, remove=self.is_coordinator)
         if not self.is_coordinator:
             ranks.wait_for_commit(self.final_path(step), staging, run_id=self.run_id, timeout=self.timeout)
             return Checkpoint(step, self.final_path(step))
@@ -128,15 +128,17 @@ class CheckpointManager(CheckpointStore):
     ) -> Checkpoint:
         """Commit the durable staging directory ``staging`` as ``step`` (coordinator only): its files are ``files``
         (every rank's, with sizes and CRC32C). Takes the step's lock exclusively, waiting up to ``timeout``."""
-        fd = lock_waiting(self._lock_path(step), shared=False, timeout=self.timeout, what=f"step {step}")
-        try:
+        fd = None
+        try:  # a lock that cannot be taken fails the commit too: the other ranks hear it at once
+            fd = lock_waiting(self._lock_path(step), shared=False, timeout=self.timeout, what=f"step {step}")
             self._check_new(step, held=True)
             return self._commit_locked(step, staging, files, run_id=run_id)
         except BaseException as error:
             ranks.abort(staging, f"the commit failed: {error!r}")
             raise
         finally:
-            _unlock(self._lock_path(step), fd)
+            if fd is not None:
+                _unlock(self._lock_path(step), fd)
 
     def _commit_locked(
         self, step: int, staging: Path, files: dict[str, FileRecord], *, run_id: str | None = None

@@ -13,12 +13,17 @@ Validation (:func:`problems`) re-reads every listed file and compares size and C
 only sizes (``verify="size"``: a stat per file, chosen explicitly). CRC32C runs at about 9 GB/s on one core
 here (256 MiB in 0.028 s, SSE4.2), so a full validation costs what reading the checkpoint once costs.
 
-Locks are ``flock`` on one hidden lock file per step; they work across nodes on JuiceFS and CephFS.
+Locks are ``flock`` on one hidden lock file per step; they work across nodes on JuiceFS and CephFS. A lock file's
+last holder removes it, so a process on another node (another JuiceFS client) may still hold the kernel's cached
+entry of the removed file for up to the mount's ``entry-cache`` seconds: opening that entry fails with EPERM (the
+inode sits in JuiceFS's trash), ENOENT or ESTALE until the entry expires (juicedata/juicefs#6593, and its docs'
+cache consistency page), so :func:`lock` retries those for :data:`STALE_ENTRY_SECONDS`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -36,6 +41,10 @@ SYNC_WORKERS = 16
 """Files fsynced (or checksummed) at once: on JuiceFS each fsync uploads the file's blocks."""
 CHUNK = 8 * 1024 * 1024
 VERIFY_MODES = ("crc32c", "size")
+STALE_ENTRY_ERRORS = (errno.EPERM, errno.ENOENT, errno.ESTALE)
+"""What opening a lock file through a cached entry of a file another client removed fails with."""
+STALE_ENTRY_SECONDS = 10.0
+"""How long such an open is retried: longer than the cold tier's ``entry-cache`` (1 s generated)."""
 
 
 class CheckpointInvalidError(ValueError):
@@ -200,7 +209,7 @@ def lock(path: Path, *, shared: bool) -> int | None:
     """A descriptor holding ``flock`` on ``path`` (created if missing), or None when another process holds a
     conflicting lock. A lock file that its last holder unlinked meanwhile is not the lock any more: retry."""
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_lock_file(path)
         try:
             fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -215,6 +224,21 @@ def lock(path: Path, *, shared: bool) -> int | None:
         os.close(fd)
 
 
+def _open_lock_file(path: Path) -> int:
+    """Open (or create) the lock file, retrying a stale cached entry (see the module docstring) with a growing
+    pause for up to :data:`STALE_ENTRY_SECONDS`; any other error, or a missing directory, raises at once."""
+    deadline, pause = time.monotonic() + STALE_ENTRY_SECONDS, 0.02
+    while True:
+        try:
+            return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as error:
+            stale = error.errno in STALE_ENTRY_ERRORS and path.parent.is_dir()
+            if not stale or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
+
+
 def lock_waiting(path: Path, *, shared: bool, timeout: float, what: str) -> int:
     """:func:`lock`, retried until ``timeout`` seconds; CheckpointBusyError naming ``what`` after that."""
     deadline = time.monotonic() + timeout
@@ -225,15 +249,17 @@ def lock_waiting(path: Path, *, shared: bool, timeout: float, what: str) -> int:
     return fd
 
 
-def unlock(path: Path, fd: int) -> None:
-    """Release the lock; the last holder (the one that can take it exclusively) removes the lock file."""
+def unlock(path: Path, fd: int, *, remove: bool = True) -> None:
+    """Release the lock; the last holder (the one that can take it exclusively) removes the lock file, unless
+    ``remove`` is False: a rank that is not the coordinator leaves it to the coordinator, whose commit would
+    otherwise reopen it through a stale cached entry on another node (see the module docstring)."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if remove:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
     except BlockingIOError:
         pass
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
     finally:
         os.close(fd)
 

@@ -208,7 +208,7 @@ class ManagedWriter(FileSystemWriter):
 
     def _release(self) -> None:
         if self._fd is not None:
-            _unlock(self.manager._lock_path(self.step), self._fd)
+            _unlock(self.manager._lock_path(self.step), self._fd, remove=self.manager.is_coordinator)
             self._fd = None
 
 

@@ -6,7 +6,8 @@ names the step's staging directory ``.step-NNNNNNNN.tmp-<run id>/``. For step N:
 1. each rank, holding the step's lock shared (so no cleaner removes the staging directory under it), removes a
    manifest of its own left from before, writes its files, fsyncs them and every directory, then writes its
    manifest ``.rank-RRRRR.json`` (run id, rank, step, every file with size and CRC32C; fsynced under a temporary
-   name, renamed, directory fsynced) and releases the lock;
+   name, renamed, directory fsynced) and releases the lock, leaving the lock file for the coordinator to remove
+   (on another node, reopening a lock file this rank removed could meet a stale cached entry: see ``commit``);
 2. the coordinator (rank 0) waits, at most ``timeout`` seconds, until all ``world_size`` manifests of its run id
    are there, takes the step's lock exclusively, checks every listed file's size, renames the staging directory
    to ``step-NNNNNNNN/`` and writes ``COMPLETE`` last, listing every file of every rank: the one commit point;

@@ -8,21 +8,23 @@ separate processes using the public ``CheckpointManager.load``."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from ai_storage_training import CheckpointManager
+from ai_storage_training import CheckpointManager, commit
 from components.toolchain.render import ROOT
 
 LEASE = """
 import sys
-from ai_storage_training import CheckpointManager
+from ai_storage_training import CheckpointManager, commit
 with CheckpointManager(sys.argv[1], keep=None).load(step=int(sys.argv[2])) as checkpoint:
     assert checkpoint is not None
     print("leased", flush=True)
@@ -86,3 +88,48 @@ def test_a_lock_file_unlinked_and_recreated_under_a_waiting_process_is_not_its_l
             release(reader)
     # once nobody reads it, retention deletes it
     assert [c.step for c in CheckpointManager(run, keep=1).retain()] == [1]
+
+
+def stale_opens(monkeypatch, failures: int, code: int) -> list[str]:
+    """``os.open`` of a lock file fails ``failures`` times with ``code`` (as through a stale cached entry of a
+    lock file another client removed), then opens; returns the log of lock file opens."""
+    real_open, opened = os.open, []
+
+    def fake_open(path, flags, *args, **kwargs):
+        if str(path).endswith(".lock"):
+            opened.append(str(path))
+            if len(opened) <= failures:
+                raise OSError(code, os.strerror(code), str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", fake_open)
+    return opened
+
+
+@pytest.mark.parametrize("code", [errno.EPERM, errno.ENOENT, errno.ESTALE])
+def test_a_stale_entry_of_a_removed_lock_file_is_retried_until_it_opens(tmp_path, monkeypatch, code):
+    opened = stale_opens(monkeypatch, 3, code)
+    fd = commit.lock(tmp_path / ".step-00000001.lock", shared=False)
+    assert fd is not None and len(opened) == 4
+    commit.unlock(tmp_path / ".step-00000001.lock", fd)
+
+
+def test_a_stale_entry_that_never_expires_fails_after_the_bound(tmp_path, monkeypatch):
+    monkeypatch.setattr(commit, "STALE_ENTRY_SECONDS", 0.3)
+    opened = stale_opens(monkeypatch, 10**6, errno.EPERM)
+    started = time.monotonic()
+    with pytest.raises(PermissionError):
+        commit.lock(tmp_path / ".step-00000001.lock", shared=False)
+    assert time.monotonic() - started < 0.3 + 1  # never sleeps past the bound (its pauses double from 0.02 s)
+    assert len(opened) >= 4  # retried, with pauses of 0.02, 0.04, 0.08 s before the next would pass the bound
+
+
+def test_other_errors_and_a_missing_directory_fail_at_once(tmp_path, monkeypatch):
+    opened = stale_opens(monkeypatch, 1, errno.EACCES)
+    with pytest.raises(PermissionError):
+        commit.lock(tmp_path / ".step-00000001.lock", shared=False)
+    assert len(opened) == 1
+    started = time.monotonic()
+    with pytest.raises(FileNotFoundError):
+        commit.lock(tmp_path / "gone" / ".step-00000001.lock", shared=False)
+    assert time.monotonic() - started < 1

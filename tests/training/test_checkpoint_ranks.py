@@ -8,13 +8,14 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from ai_storage_training import CheckpointInvalidError, CheckpointManager, layout
+from ai_storage_training import CheckpointInvalidError, CheckpointManager, checkpoints, layout
 from ai_storage_training.commit import problems, read_marker
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -161,3 +162,33 @@ def test_a_rank_whose_write_fails_stops_the_others_at_once(tmp_path):
     with pytest.raises(RuntimeError, match=r"will not be committed: rank 1 failed: OSError\('disk full'\)"):
         managers[0].save(1, lambda d: (d / "state").write_text("1:0:fails"))
     assert time.monotonic() - started < 5 and whole(tmp_path, 2) == []
+
+
+def test_a_coordinator_that_cannot_lock_the_step_for_its_commit_stops_the_others_at_once(tmp_path, monkeypatch):
+    managers = [CheckpointManager(tmp_path, rank=r, world_size=2, run_id="nolock", timeout=60) for r in (0, 1)]
+    real_lock_waiting = checkpoints.lock_waiting
+
+    def lock_waiting(path: Path, *, shared: bool, timeout: float, what: str) -> int:
+        if not shared:  # the commit's exclusive lock (the shared ones are the ranks' writes)
+            raise PermissionError(1, "Operation not permitted", str(path))
+        return real_lock_waiting(path, shared=shared, timeout=timeout, what=what)
+
+    monkeypatch.setattr(checkpoints, "lock_waiting", lock_waiting)
+    errors: list[BaseException | None] = []
+    waiting = threading.Thread(target=lambda: errors.append(_save_error(managers[1])))  # writes, then waits
+    waiting.start()
+    with pytest.raises(PermissionError):
+        managers[0].save(1, lambda d: (d / "state").write_text("1:0:nolock"))
+    started = time.monotonic()
+    waiting.join(30)
+    assert time.monotonic() - started < 5, "rank 1 kept waiting for a commit that had failed"
+    assert len(errors) == 1 and isinstance(errors[0], RuntimeError), errors
+    assert "the commit failed: PermissionError" in str(errors[0]) and whole(tmp_path, 2) == []
+
+
+def _save_error(manager: CheckpointManager) -> BaseException | None:
+    try:
+        manager.save(1, lambda d: (d / "state").write_text("1:1:nolock"))
+    except BaseException as error:  # the test inspects it
+        return error
+    return None
