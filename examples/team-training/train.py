@@ -1,7 +1,8 @@
 """The team's training entry point (the job runs it as /app/train.py in its image, under torchrun): a small PyTorch
 model trained with AdamW, DDP over gloo when there is no GPU, checkpointed asynchronously through
-torch.distributed.checkpoint (DCP) and the training library: model, optimizer, step and every rank's RNG state.
-It resumes from the newest checkpoint that validates, so a job killed at any moment goes on from there.
+torch.distributed.checkpoint (DCP) and the training library: model, optimizer, step, and every rank's RNG state
+and data position. It resumes from the newest checkpoint that validates, so a job killed at any moment goes on
+from there.
 
 Checkpoints go to --checkpoint-dir (default $AI_STORAGE_CHECKPOINT_DIR); with $AI_STORAGE_CHECKPOINT_LOCAL_DIR
 (a node-local volume of the hot tier) and all ranks on one node, they land there and rank 0 promotes them to the
