@@ -1,55 +1,92 @@
 """The team's training entry point (the job runs it as /app/train.py in its image, under torchrun): a small PyTorch
 model trained with AdamW, DDP over gloo when there is no GPU, checkpointed asynchronously through
-torch.distributed.checkpoint (DCP) and the training library: model, optimizer, step and every rank's RNG state.
-It resumes from the newest checkpoint that validates, so a job killed at any moment goes on from there.
+torch.distributed.checkpoint (DCP) and the training library: model, optimizer, step, and every rank's RNG state
+and data position. It resumes from the newest checkpoint that validates, so a job killed at any moment goes on
+from there.
 
 Checkpoints go to --checkpoint-dir (default $AI_STORAGE_CHECKPOINT_DIR); with $AI_STORAGE_CHECKPOINT_LOCAL_DIR
 (a node-local volume of the hot tier) and all ranks on one node, they land there and rank 0 promotes them to the
-durable directory in the background. The data part is one function, ``batches``: each rank trains on its share of
-the files under --data, step s on file s of the share (in a loop), read ahead by the library's PrefetchingReader.
-The last line of each rank reads ``rank R: step S, loss L, params P`` (P: a digest of the model's parameters).
+durable directory in the background.
+
+Data: a packed dataset version (``python -m ai_storage_training pack``: manifest.json + WebDataset shards), the
+directory $AI_STORAGE_DATASET_DIR names when set (the copy the platform staged and verified on the hot tier), else
+--data. Each rank reads its share through the library's ShardDataset in a torchdata StatefulDataLoader with
+--workers processes, epoch after epoch. Its position (the epoch, the loader's state, the samples trained on) is in
+every checkpoint, one entry per rank, so a resumed job continues mid-epoch with no sample repeated or skipped.
+The last line of each rank reads ``rank R: step S, loss L, params P, samples N, keys K`` (P: a digest of the
+model's parameters; N and K: how many samples this rank trained on since step 0, and a digest of their keys in
+order, carried through every resume).
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.nn.parallel import DistributedDataParallel
+from torchdata.stateful_dataloader import StatefulDataLoader
 
-from ai_storage_training import PrefetchingReader, lag, metrics, promotion
+from ai_storage_training import lag, metrics, promotion
 from ai_storage_training.async_save import AsyncCheckpointer
+from ai_storage_training.datasets import ShardDataset
+from ai_storage_training.manifest import DIR_VARIABLE
 
 FEATURES, BATCH = 16, 8
 
 
-def batches(files: list[Path], first_step: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """(inputs, targets) for steps ``first_step``, ``first_step + 1``, ...: step s reads file s of ``files`` (in a
-    loop), its bytes as BATCH x FEATURES inputs in [0, 1]; the target is each row's mean."""
-    start = first_step % len(files)
-    while True:
-        for _, data in PrefetchingReader(files[start:] + files[:start], depth=16, workers=4):
-            raw = (data * (BATCH * FEATURES // max(1, len(data)) + 1))[: BATCH * FEATURES]
-            inputs = torch.frombuffer(bytearray(raw), dtype=torch.uint8).float().reshape(BATCH, FEATURES) / 255
-            yield inputs, inputs.mean(dim=1, keepdim=True)
-        start = 0
+def features(sample: dict[str, Any]) -> tuple[str, torch.Tensor]:
+    """A sample (a WebDataset dict) as its key and FEATURES inputs in [0, 1]: its bytes (every member, in name
+    order) repeated to FEATURES. Runs in the DataLoader's workers."""
+    data = b"".join(value for name, value in sorted(sample.items()) if not name.startswith("__")) or b"\0"
+    raw = (data * (FEATURES // len(data) + 1))[:FEATURES]
+    return sample["__key__"], torch.frombuffer(bytearray(raw), dtype=torch.uint8).float() / 255
 
 
-def training_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int, rank: int) -> dict:
-    """What a checkpoint holds: DCP's model and optimizer state dicts, the step, this rank's RNG state."""
+class DataPosition:
+    """Where this rank is in its data, saved in every checkpoint: the epoch, the loader's state (torchdata's
+    StatefulDataLoader: each worker's position; JSON, one entry whatever its shape) and the samples trained on
+    (their count and a digest of their keys in order). DCP calls ``state_dict`` when saving and
+    ``load_state_dict`` after loading (a top-level Stateful entry)."""
+
+    def __init__(self, loader: StatefulDataLoader):
+        self.loader, self.epoch, self.samples, self.keys = loader, 0, 0, ""
+
+    def trained_on(self, keys: list[str]) -> None:
+        self.samples += len(keys)
+        self.keys = hashlib.sha256("\n".join([self.keys, *keys]).encode()).hexdigest()
+
+    def state_dict(self) -> dict[str, Any]:
+        loader = json.dumps(self.loader.state_dict())
+        return {"epoch": self.epoch, "samples": self.samples, "keys": self.keys, "loader": loader}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epoch, self.samples, self.keys = int(state["epoch"]), int(state["samples"]), str(state["keys"])
+        self.loader.load_state_dict(json.loads(state["loader"]))
+
+
+def training_state(model, optimizer, step: int, rank: int, position: DataPosition) -> dict:
+    """What a checkpoint holds: DCP's model and optimizer state dicts, the step, this rank's RNG state and data
+    position (per rank: the keys name the rank, so DCP keeps every rank's own)."""
     model_state, optim_state = get_state_dict(model, optimizer)
-    return {"model": model_state, "optim": optim_state, "train": {"step": step}, f"rng-{rank}": torch.get_rng_state()}
+    return {
+        "model": model_state,
+        "optim": optim_state,
+        "train": {"step": step},
+        f"rng-{rank}": torch.get_rng_state(),
+        f"data-{rank}": position,
+    }
 
 
-def resume(landing, durable, model, optimizer, rank: int) -> int:
+def resume(landing, durable, model, optimizer, rank: int, position: DataPosition) -> int:
     """Load the newest checkpoint that validates, a local one first (promotion.restore_manager, decided by rank 0
     for every rank); return its step (0 on a first start)."""
     local = None if landing is durable else landing
@@ -59,8 +96,8 @@ def resume(landing, durable, model, optimizer, rank: int) -> int:
     reader = (landing if use_local[0] else durable).reader()
     if reader is None:
         return 0
-    state = training_state(model, optimizer, -1, rank)
-    dcp.load(state, storage_reader=reader)
+    state = training_state(model, optimizer, -1, rank, position)
+    dcp.load(state, storage_reader=reader)  # and position.load_state_dict
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     torch.set_rng_state(state[f"rng-{rank}"])
     return int(state["train"]["step"])
@@ -68,13 +105,18 @@ def resume(landing, durable, model, optimizer, rank: int) -> int:
 
 def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, required=True, help="dataset directory (the cold-tier claim)")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        help=f"the packed dataset version to train on (manifest.json + shards); ${DIR_VARIABLE} wins when set",
+    )
     parser.add_argument(
         "--checkpoint-dir",
         type=Path,
         default=os.environ.get(promotion.DIR_VARIABLE) or None,
         help=f"this run's durable checkpoints (default ${promotion.DIR_VARIABLE})",
     )
+    parser.add_argument("--workers", type=int, default=2, help="DataLoader worker processes per rank (0: none)")
     parser.add_argument("--steps", type=int, default=1000, help="step to stop at")
     parser.add_argument("--save-every", type=int, default=100)
     parser.add_argument("--keep", type=int, default=3, help="durable checkpoints to keep")
@@ -84,13 +126,57 @@ def parse() -> argparse.Namespace:
     for name in ("steps", "save_every", "keep", "max_in_flight"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')}: expected a positive integer; got {getattr(args, name)}")
+    if args.workers < 0:
+        parser.error(f"--workers: expected an integer >= 0; got {args.workers}")
     if args.checkpoint_dir is None:
         parser.error(f"--checkpoint-dir: expected a directory (or set ${promotion.DIR_VARIABLE})")
-    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-    args.files = sorted(p for p in args.data.rglob("*") if p.is_file())[rank::world]
-    if not args.files:
-        parser.error(f"--data: expected files to train on for rank {rank} of {world}; {args.data} has too few")
+    args.dataset = open_dataset(parser, args)
     return args
+
+
+def open_dataset(parser: argparse.ArgumentParser, args: argparse.Namespace) -> ShardDataset:
+    """This rank's reader of the dataset version; refused (one line) unless it is a packed version whose shards
+    give every worker of every rank at least one."""
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    staged = os.environ.get(DIR_VARIABLE)
+    name, directory = (f"${DIR_VARIABLE}", staged) if staged else ("--data", args.data)
+    if not directory:
+        parser.error(f"--data: expected a packed dataset version's directory (or set ${DIR_VARIABLE}); got none")
+    try:
+        dataset = ShardDataset(directory, rank=rank, world_size=world, transform=features)
+    except ValueError as e:  # the manifest is missing, truncated or not the one expected
+        parser.error(f"{name}: expected a packed dataset version (python -m ai_storage_training pack); {e}")
+    readers = world * max(1, args.workers)
+    if len(dataset.manifest.shards) < readers:
+        parser.error(
+            f"{name}: expected at least {readers} shards ({world} ranks x {max(1, args.workers)} workers); "
+            f"{directory} has {len(dataset.manifest.shards)} (pack it with a smaller --shard-mib, or fewer --workers)"
+        )
+    return dataset
+
+
+def train(args: argparse.Namespace, trained, optimizer, position: DataPosition, step: int, save) -> tuple[int, float]:
+    """Train from ``step`` to --steps, epoch after epoch (a resumed loader first finishes its epoch), calling
+    ``save(step)`` every --save-every steps; return the last step and loss."""
+    loss = torch.zeros(())
+    while step < args.steps:
+        args.dataset.set_epoch(position.epoch)
+        for keys, inputs in position.loader:
+            step += 1
+            position.trained_on(keys)
+            noisy = inputs + 0.01 * torch.randn_like(inputs)  # uses the RNG: a resume must restore it
+            loss = torch.nn.functional.mse_loss(trained(noisy), inputs.mean(dim=1, keepdim=True))
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            time.sleep(args.step_seconds)
+            if step % args.save_every == 0:
+                save(step)
+            if step >= args.steps:
+                break
+        else:
+            position.epoch += 1
+    return step, loss.item()
 
 
 def main() -> None:
@@ -108,7 +194,14 @@ def main() -> None:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(FEATURES, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    step = resume(landing, durable, model, optimizer, rank)
+    # Its own generator: the loader's draws (its workers' seeds) leave the training's RNG alone.
+    loader = StatefulDataLoader(
+        args.dataset, batch_size=BATCH, num_workers=args.workers, generator=torch.Generator().manual_seed(0)
+    )
+    position = DataPosition(loader)
+    step = resume(landing, durable, model, optimizer, rank, position)
+    if step:
+        print(f"rank {rank}: resumed at step {step}, epoch {position.epoch}, samples {position.samples}", flush=True)
     if (newest := durable.latest()) is not None:
         lag.LAG.durable(newest.step)  # the lag gauges count from the restore point the job already has
     trained = DistributedDataParallel(model) if world > 1 else model
@@ -118,24 +211,20 @@ def main() -> None:
     if promoter is not None and rank == 0:
         checkpointer.on_saved.append(promoter.wake)
         promoter.start()
-    loss = torch.zeros(())
+
+    def save(at: int) -> None:
+        checkpointer.save_dcp(at, training_state(model, optimizer, at, rank, position), process_group=saves)
+
     with checkpointer:
-        for inputs, targets in batches(args.files, step):
-            if step >= args.steps:
-                break
-            step += 1
-            noisy = inputs + 0.01 * torch.randn_like(inputs)  # uses the RNG: a resume must restore it
-            loss = torch.nn.functional.mse_loss(trained(noisy), targets)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
-            time.sleep(args.step_seconds)
-            if step % args.save_every == 0:
-                checkpointer.save_dcp(step, training_state(model, optimizer, step, rank), process_group=saves)
+        step, loss = train(args, trained, optimizer, position, step, save)
     if promoter is not None and rank == 0:
         promoter.close()  # the last landed checkpoint is durable before the job ends
     digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()[:16]
-    print(f"rank {rank}: step {step}, loss {loss.item():.6f}, params {digest}", flush=True)
+    print(
+        f"rank {rank}: step {step}, loss {loss:.6f}, params {digest}, "
+        f"samples {position.samples}, keys {position.keys[:16]}",
+        flush=True,
+    )
     if world > 1:
         dist.destroy_process_group()
 

@@ -1,9 +1,13 @@
-"""The team example's training script, a real PyTorch job: it checkpoints asynchronously through DCP and the
-library, is stopped (or killed with SIGKILL, 2 ranks over gloo with local landing), and resumes bit for bit: the
-parameters after a resumed run equal those of a run that never stopped. Its /metrics show the checkpoint metrics."""
+"""The team example's training script, a real PyTorch job: it reads a packed dataset version (pack()) through
+ShardDataset in a StatefulDataLoader with 2 workers, checkpoints asynchronously through DCP and the library, is
+stopped (or killed with SIGKILL, 2 ranks over gloo with local landing), and resumes bit for bit: the parameters
+after a resumed run equal those of a run that never stopped, and so do the samples it trained on (their count and
+the digest of their keys in order), so the resumed loader repeated and skipped none. Its /metrics show the
+checkpoint metrics."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -18,10 +22,13 @@ from pathlib import Path
 import pytest
 
 from ai_storage_training.checkpoints import CheckpointManager
+from ai_storage_training.pack import pack
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "examples" / "team-training" / "train.py"
-LINE = re.compile(r"^rank (\d+): step (\d+), loss [0-9.]+, params ([0-9a-f]{16})$", re.M)
+LINE = re.compile(r"^rank (\d+): step (\d+), loss [0-9.]+, params ([0-9a-f]{16}), samples (\d+), keys (\w+)$", re.M)
+RESUMED = re.compile(r"^rank (\d+): resumed at step (\d+), epoch (\d+), samples (\d+)$", re.M)
+BATCH, SAMPLES, SHARDS = 8, 64, 8  # the job's batch; the dataset: 8 shards of 8 samples (one epoch: 8 batches)
 NEW_METRICS = (
     "ai_storage_checkpoint_lag_seconds",
     "ai_storage_checkpoint_lag_steps",
@@ -58,8 +65,9 @@ def environment(port: int, **extra: str) -> dict[str, str]:
     }
 
 
-def train(data: Path, checkpoints: Path, *args: str, ranks: int = 1, **env: str) -> dict[int, tuple[int, str]]:
-    """Run the job to its end; {rank: (step, params digest)}."""
+def train(data: Path, checkpoints: Path, *args: str, ranks: int = 1, **env: str) -> dict[int, tuple]:
+    """Run the job to its end; {rank: (step, params digest, samples trained on, digest of their keys)}, and
+    {rank: (step, epoch, samples)} where it resumed under the key "resumed"."""
     proc = subprocess.run(
         command(data, checkpoints, ranks, *args),
         capture_output=True,
@@ -69,30 +77,75 @@ def train(data: Path, checkpoints: Path, *args: str, ranks: int = 1, **env: str)
         check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    return {int(r): (int(s), digest) for r, s, digest in LINE.findall(proc.stdout)}
+    ends = {int(r): (int(s), params, int(n), keys) for r, s, params, n, keys in LINE.findall(proc.stdout)}
+    return ends, {int(r): (int(s), int(e), int(n)) for r, s, e, n in RESUMED.findall(proc.stdout)}
+
+
+def raw_samples(directory: Path, count: int) -> Path:
+    """``count`` small files of random bytes, one sample each."""
+    directory.mkdir(parents=True)
+    rng = random.Random(27)
+    for i in range(count):
+        (directory / f"sample-{i:03d}.bin").write_bytes(rng.randbytes(16 + i % 32))
+    return directory
 
 
 @pytest.fixture
 def data(tmp_path):
-    directory = tmp_path / "data" / "train"
-    directory.mkdir(parents=True)
-    for i in range(6):
-        (directory / f"part-{i}.bin").write_bytes(os.urandom(100 * (i + 1)))
-    return directory
+    """A packed dataset version: SHARDS WebDataset shards of SAMPLES // SHARDS samples (each sample a tar member of
+    one 512-byte header and one data block), published with its manifest."""
+    manifest = pack(raw_samples(tmp_path / "raw", SAMPLES), tmp_path / "datasets", "toy", "v1", shard_bytes=8 * 1024)
+    assert [s.samples for s in manifest.shards] == [SAMPLES // SHARDS] * SHARDS
+    return tmp_path / "datasets" / "toy" / "v1"
 
 
 def test_the_job_saves_and_resumes_bit_for_bit_where_it_stopped(tmp_path, data):
     checkpoints = tmp_path / "checkpoints" / "resnet50"
-    first = train(data, checkpoints, "--steps=7", "--save-every=2")
-    assert first[0][0] == 7
+    first, _ = train(data, checkpoints, "--steps=7", "--save-every=2")
+    assert first[0][0] == 7 and first[0][2] == 7 * BATCH
     manager = CheckpointManager(checkpoints, keep=None)
     assert [c.step for c in manager.checkpoints()] == [2, 4, 6]
     assert {".metadata", "__0_0.distcp", "COMPLETE"} <= {p.name for p in manager.final_path(6).iterdir()}
     # Restarted (a pod evicted after step 7): it resumes from step 6, with model, optimizer and RNG state.
-    resumed = train(data, checkpoints, "--steps=10", "--save-every=2")
+    # Its data position too: mid-epoch (6 of the epoch's 8 batches), the loader continues at the 7th.
+    resumed, where = train(data, checkpoints, "--steps=10", "--save-every=2")
+    assert where == {0: (6, 0, 6 * BATCH)}
     assert [c.step for c in manager.checkpoints()] == [6, 8, 10]
-    straight = train(data, tmp_path / "straight", "--steps=10", "--save-every=2")
-    assert resumed == straight  # the same parameters as a run that never stopped
+    straight, _ = train(data, tmp_path / "straight", "--steps=10", "--save-every=2")
+    # The same samples, in the same order, across the epoch's end (10 batches: an epoch and 2), as a run that
+    # never stopped: none repeated, none skipped; and so the same parameters.
+    assert resumed[0][2:] == straight[0][2:] and resumed[0][2] == 10 * BATCH
+    assert resumed == straight
+
+
+def children(parent: int) -> list[int]:
+    """The processes whose parent is ``parent`` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        if int(fields[1]) == parent:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def kill_job(launcher: subprocess.Popen) -> None:
+    """SIGKILL torchrun and every rank with its DataLoader workers: torchrun starts each rank in a session of its
+    own, so killing torchrun's process group alone would leave the ranks training (orphaned); wait until each
+    is gone (or a zombie)."""
+    groups = [launcher.pid, *children(launcher.pid)]
+    for group in groups:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
+    launcher.wait(timeout=60)
+    deadline = time.monotonic() + 60
+    for pid in groups[1:]:
+        stat = Path(f"/proc/{pid}/stat")
+        while stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline, f"rank process {pid} survived SIGKILL"
+            time.sleep(0.05)
 
 
 def scrape(port: int) -> str:
@@ -101,7 +154,9 @@ def scrape(port: int) -> str:
 
 def test_two_ranks_killed_with_sigkill_resume_bit_for_bit_from_a_promoted_checkpoint(tmp_path, data):
     durable, local, port = tmp_path / "durable", tmp_path / "local", free_port()
-    args = ("--steps=40", "--save-every=4", "--step-seconds=0.1")
+    # 42 steps of 0.2 s: the promoter (a pass per landed save) keeps within a few steps, so the kill lands in the
+    # training; a rank's epoch is 4 steps, so most saves (every 3) are mid-epoch.
+    args = ("--steps=42", "--save-every=3", "--step-seconds=0.2")
     env = environment(port, AI_STORAGE_CHECKPOINT_LOCAL_DIR=str(local))
     job = subprocess.Popen(
         command(data, durable, 2, *args), env=env, start_new_session=True, stdout=subprocess.PIPE, text=True
@@ -112,29 +167,54 @@ def test_two_ranks_killed_with_sigkill_resume_bit_for_bit_from_a_promoted_checkp
             assert job.poll() is None and time.monotonic() < deadline, "the job ended before a checkpoint was durable"
             time.sleep(0.2)
         text = scrape(port)  # a real scrape of the training process (rank 0's endpoint)
-        time.sleep(random.Random(26).uniform(0.0, 1.5))
+        time.sleep(random.Random(26).uniform(0.0, 1.0))
     finally:
-        os.killpg(job.pid, signal.SIGKILL)  # torchrun and both ranks, wherever they are
-        job.wait(timeout=60)
+        kill_job(job)  # torchrun, both ranks and their workers, wherever they are
     for name in NEW_METRICS:
         assert f"\n{name}" in text, name
     count = re.search(r"^ai_storage_checkpoint_blocked_seconds_count (\S+)$", text, re.M)
     assert count is not None and float(count.group(1)) >= 1  # the job's saves were measured
     killed_at = max(c.step for c in CheckpointManager(durable, keep=None).checkpoints())
 
-    resumed = train(data, durable, *args, ranks=2, AI_STORAGE_CHECKPOINT_LOCAL_DIR=str(local))
-    straight = train(data, tmp_path / "straight", *args, ranks=2)
-    assert resumed == straight and set(resumed) == {0, 1} and resumed[0][0] == 40
-    assert killed_at < 40 and CheckpointManager(durable, keep=None).latest().step == 40  # promoted before the end
+    resumed, where = train(data, durable, *args, ranks=2, AI_STORAGE_CHECKPOINT_LOCAL_DIR=str(local))
+    straight, _ = train(data, tmp_path / "straight", *args, ranks=2)
+    assert set(where) == {0, 1} and where[0][0] == where[1][0], where  # both ranks resumed from one checkpoint
+    assert 0 < where[0][0] < 42, f"killed after training ended (resumed at {where}): nothing resumed mid-run"
+    assert resumed == straight and set(resumed) == {0, 1} and resumed[0][0] == 42
+    assert resumed[0][2] == resumed[1][2] == 42 * BATCH and resumed[0][3] != resumed[1][3]  # each rank its share
+    assert killed_at < 42 and CheckpointManager(durable, keep=None).latest().step == 42  # promoted before the end
 
 
-def test_the_example_job_refuses_an_empty_dataset(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, str(TRAIN), f"--data={tmp_path}", f"--checkpoint-dir={tmp_path / 'c'}"],
+def refusal(tmp_path: Path, data: Path, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(TRAIN), f"--data={data}", f"--checkpoint-dir={tmp_path / 'c'}"],
         capture_output=True,
         text=True,
         timeout=120,
-        env=environment(1),
+        env=environment(1, **env),
         check=False,
     )
-    assert proc.returncode == 2 and "--data: expected files to train on" in proc.stderr
+
+
+@pytest.mark.parametrize("where", ["empty", "missing"])
+def test_the_example_job_refuses_an_empty_or_missing_dataset(tmp_path, where):
+    (tmp_path / "empty").mkdir()
+    proc = refusal(tmp_path, tmp_path / where)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "--data: expected a packed dataset version" in proc.stderr and "manifest.json: missing" in proc.stderr
+    assert not (tmp_path / "c").exists()  # nothing half-created
+
+
+def test_the_staged_copy_named_by_the_environment_wins_over_data(tmp_path, data):
+    """With staging on, $AI_STORAGE_DATASET_DIR names the staged copy: the job reads it, not --data (here the
+    staged directory is empty, so the job is refused naming the variable)."""
+    (tmp_path / "staged").mkdir()
+    proc = refusal(tmp_path, data, AI_STORAGE_DATASET_DIR=str(tmp_path / "staged"))
+    assert proc.returncode == 2 and "$AI_STORAGE_DATASET_DIR: expected a packed dataset version" in proc.stderr
+
+
+def test_the_example_job_refuses_too_few_shards_for_its_workers(tmp_path):
+    pack(raw_samples(tmp_path / "raw", 4), tmp_path / "datasets", "tiny", "v1")  # one shard, for 2 workers
+    proc = refusal(tmp_path, tmp_path / "datasets" / "tiny" / "v1")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "--data: expected at least 2 shards (1 ranks x 2 workers)" in proc.stderr and "has 1" in proc.stderr
