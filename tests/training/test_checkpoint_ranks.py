@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -96,7 +97,8 @@ def test_a_missing_rank_means_no_commit_and_its_leftovers_are_cleaned_by_the_nex
     outputs = [rank.communicate(timeout=60) for rank in ranks]
     assert [rank.returncode for rank in ranks] == [1, 1]
     assert "ranks [1] did not finish their shards within 2.0s" in outputs[0][1]
-    assert "the coordinator did not commit step-00000001" in outputs[1][1]
+    # rank 2 hears the coordinator's abort, or (on a busy machine) its own wait for the commit ends first
+    assert re.search(r"coordinator did not commit step-00000001|step-00000001 was not committed", outputs[1][1])
     assert whole(tmp_path, 3) == [] and len(list(tmp_path.glob(".step-00000001.tmp-*"))) == 1
     _, ranks = start(tmp_path, 3, last=1)
     assert [rank.wait(60) for rank in ranks] == [0, 0, 0]

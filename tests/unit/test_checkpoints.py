@@ -349,7 +349,8 @@ def test_a_runtime_with_a_landing_volume_gives_each_pod_one_of_the_hot_class():
     assert env["AI_STORAGE_CHECKPOINT_DIR"] == "/checkpoints"
     off = runtime_spec(runtime.model_copy(update={"checkpoint_landing": LandingSettings()}), "checkpoints")
     (node,) = off["template"]["spec"]["replicatedJobs"]
-    assert [v["name"] for v in node["template"]["spec"]["template"]["spec"]["volumes"]] == ["data", "checkpoints"]
+    volumes = [v["name"] for v in node["template"]["spec"]["template"]["spec"]["volumes"]]
+    assert volumes == ["data", "checkpoints", "metrics-dir"]  # no landing volume
 
 
 def test_a_runtime_landing_volume_without_a_hot_tier_is_refused_naming_the_key():
