@@ -323,11 +323,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def save(out: Path, label: str, result: dict) -> None:
+def save(out: Path, label: str, result: dict, unit: str = "medians over --repeat cycles") -> None:
     """Add (or replace) the run ``label`` in the results file; other runs stay."""
     out.parent.mkdir(parents=True, exist_ok=True)
     doc = json.loads(out.read_text()) if out.exists() else {}
-    doc.setdefault("unit", "MB/s = 10^6 bytes per second; medians over --repeat cycles")
+    doc.setdefault("unit", f"MB/s = 10^6 bytes per second; {unit}")
     doc.setdefault("runs", {})[label] = result
     tmp = out.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(doc, indent=1) + "\n")

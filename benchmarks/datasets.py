@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import resource
@@ -193,18 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "datasets.json")
     args = ap.parse_args(argv)
     for mode in args.modes:
-        save(args.out, mode, run(args, mode))
+        datapath.save(args.out, mode, run(args, mode), unit="one pass each")
     return 0
-
-
-def save(out: Path, label: str, result: dict) -> None:
-    """Add (or replace) the run ``label`` in the results file; other runs stay."""
-    doc: dict = json.loads(out.read_text()) if out.exists() else {"unit": "MB/s = 10^6 bytes per second; one pass each"}
-    doc.setdefault("runs", {})[label] = result
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
-    os.replace(tmp, out)
-    print(f"saved {out} [{label}]")
 
 
 if __name__ == "__main__":
