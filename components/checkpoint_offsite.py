@@ -1,6 +1,7 @@
 """Offsite copies of a checkpoint claim's complete checkpoints in the object store: a CronJob that uploads, with
-``juicefs sync``, every ``step-*`` directory that carries the completion marker, the marker last, so a copy in the
-bucket is complete exactly when its marker is there.
+``juicefs sync``, every ``step-*`` directory that carries the completion marker, at the claim's root and one
+directory down (``<run>/step-*``: one directory per run, as team jobs save), to the same relative path in the
+bucket, the marker last, so a copy in the bucket is complete exactly when its marker is there.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from .sections import Cron, Resources, Section
 
 MARKER = layout.MARKER
 OFFSITE_PREFIX = "checkpoints/"
-"""Where offsite copies land in the bucket: ``checkpoints/<namespace>/<claim>/step-*/``."""
+"""Where offsite copies land in the bucket: ``checkpoints/<namespace>/<claim>/[<run>/]step-*/``."""
 OFFSITE_SUFFIX = "-offsite"
 """The offsite CronJob is named ``<claim><suffix>`` (the protection alerts select it so)."""
 COPY_RESOURCES = Resources(cpu_request="100m", cpu_limit="1", memory_request="256Mi", memory_limit="1Gi")
@@ -35,10 +36,13 @@ class OffsiteSettings(Section):
 
 
 def offsite_script(sync_flags: list[str]) -> str:
-    """Shell the offsite copy runs: every ``step-*`` directory of $CHECKPOINTS that carries the marker is synced
-    to $DESTINATION/<name>/, its marker last; directories without one (in flight, or cut short) are skipped."""
+    """Shell the offsite copy runs: every ``step-*`` directory of $CHECKPOINTS, at its root or one directory down
+    (``<run>/step-*``), that carries the marker is synced to $DESTINATION<same relative path>/, its marker last;
+    directories without one (in flight, or cut short) are skipped. The globs never match hidden names (staging
+    directories, locks, ``.refused/``, ``.retired/``)."""
     flags = " ".join(sync_flags)
     sync = f"juicefs sync {flags}".rstrip()
+    step = layout.STEP_GLOB
     return "\n".join(
         [
             "set -u",
@@ -49,15 +53,18 @@ def offsite_script(sync_flags: list[str]) -> str:
             '  AWS_SECRET_ACCESS_KEY="$(cat "$SECRETS/secret-key")"',
             "  export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY",
             "fi",
+            'root="${CHECKPOINTS%/}/"',
             "failed=0",
-            f'for dir in "$CHECKPOINTS"/{layout.STEP_GLOB}/; do',
-            '  name="$(basename "$dir")"',
+            "# At the root (one directory of checkpoints) and one level down (one directory per run).",
+            f'for dir in "$root"{step}/ "$root"*/{step}/; do',
+            '  [ -d "$dir" ] || continue  # a glob that matched nothing',
+            '  rel="${dir#"$root"}"; name="${rel%/}"',
             f'  if [ ! -f "${{dir}}{MARKER}" ]; then',
             f'    echo "skip $name: no {MARKER} marker (in flight or incomplete)"; continue',
             "  fi",
-            f'  if {sync} --exclude {MARKER} "$dir" "$DESTINATION$name/" &&',
-            f'     {sync} --include {MARKER} --exclude "*" "$dir" "$DESTINATION$name/"; then',
-            '    echo "copied $name to $DESTINATION$name/"',
+            f'  if {sync} --exclude {MARKER} "$dir" "$DESTINATION$rel" &&',
+            f'     {sync} --include {MARKER} --exclude "*" "$dir" "$DESTINATION$rel"; then',
+            '    echo "copied $name to $DESTINATION$rel"',
             "  else",
             '    echo "copy of $name failed"; failed=1',
             "  fi",

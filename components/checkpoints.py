@@ -4,7 +4,8 @@ copies of complete checkpoints in the object store (``checkpoint_offsite``).
 A job may also land its checkpoints on a node-local volume of the hot tier (``landing``): the training library
 writes there first and promotes each complete checkpoint to the checkpoint claim in the background.
 
-A training job writes a checkpoint as ``step-NNNNNNNN/`` and marks it complete with a ``COMPLETE`` file last:
+A training job writes a checkpoint as ``step-NNNNNNNN/`` (at the claim's root or in a directory of its run,
+``<run>/step-NNNNNNNN/``) and marks it complete with a ``COMPLETE`` file last:
 the layout of the training library's CheckpointManager (``ai_storage_training.layout``, its one definition).
 Snapshots are crash-consistent copies of the whole claim, kept ``keep`` at a time; a restore from one uses only the
 checkpoints that carry the marker. The offsite copy uploads only complete checkpoints, with ``juicefs sync``,

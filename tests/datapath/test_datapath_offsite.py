@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 
 import checkpoint
 import harness
 
+from ai_storage_training import layout
+
 SHARDS, SHARD_BYTES = 4, 1024 * 1024
+MARKER = checkpoint.MARKER
 
 DIRECT_WRITER = """
 import os, sys, time
@@ -112,4 +117,60 @@ def test_only_complete_checkpoints_go_offsite_and_restore_identical(stack, gener
         ),
     )
     assert digests(restored) == expected
+    assert checkpoint.verify(restored)
+
+
+def puts(s3: harness.S3Handle, since: int) -> list[str]:
+    """The object keys the endpoint received a PUT for after byte ``since`` of its request log, in order."""
+    log = s3.log_path.read_bytes()[since:].decode(errors="replace")
+    found = re.findall(rf'"PUT /{re.escape(s3.bucket)}/(\S+?)(?:\?\S*)? HTTP', log)
+    return [urllib.parse.unquote(k) for k in found]
+
+
+def test_run_directories_go_offsite_at_their_relative_path_each_marker_last(stack, generated, tmp_path):
+    """One directory per run (``<claim>/<run>/step-*``, as team jobs save) and the claim's root: exactly the
+    committed checkpoints arrive, at the path they had in the claim, each marker after all of its files."""
+    root = tmp_path / "checkpoints"
+    part = SHARD_BYTES // 8
+    committed = {
+        "run-a/step-00000010": checkpoint.write_checkpoint(root / "run-a", 10, [os.urandom(part) for _ in range(2)]),
+        "step-00000005": checkpoint.write_checkpoint(root, 5, [os.urandom(part) for _ in range(2)]),
+    }
+    staging = root / "run-a" / layout.staging_dir(20, "x")  # a save in flight (with a marker: hidden all the same)
+    torn = root / "run-b" / layout.step_dir(30)  # killed between its rename and its marker
+    refused = root / "run-a" / layout.REFUSED / "step-00000040.1700000000"
+    for hidden in (staging, torn, refused, root / layout.RETIRED / "step-00000050.1700000000"):
+        hidden.mkdir(parents=True)
+        (hidden / "shard-00000-of-00001.bin").write_bytes(os.urandom(1024))
+    for hidden in (staging, refused, root / layout.RETIRED / "step-00000050.1700000000"):
+        (hidden / MARKER).write_text((committed["step-00000005"] / MARKER).read_text())
+
+    env = generated["offsite_env"]
+    destination = harness.replace_hostport(env["DESTINATION"], f"{harness.LOOPBACK}:{stack.s3.port}")
+    destination += "per-run/"  # a prefix of its own: the stack's bucket is shared with the other tests
+    secrets = harness.key_files(tmp_path / "object-store", stack.secret["access-key"], stack.secret["secret-key"])
+    since = stack.s3.log_path.stat().st_size
+    run = harness.run_generated_script(
+        generated["offsite_script"], tmp_path, CHECKPOINTS=f"{root}/", DESTINATION=destination, SECRETS=str(secrets)
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "skip run-b/step-00000030: no COMPLETE marker" in run.stdout, run.stdout
+
+    prefix = destination.split(f"/{stack.s3.bucket}/", 1)[1]
+    expected = sorted(f"{prefix}{rel}/{f}" for rel, d in committed.items() for f in digests(d))
+    assert keys(stack.s3, prefix) == expected  # nothing staged, torn, refused or retired
+    order = puts(stack.s3, since)
+    for rel in committed:
+        sent = [k for k in order if k.startswith(f"{prefix}{rel}/")]
+        assert sent and sent[-1] == f"{prefix}{rel}/{MARKER}" and sent.count(sent[-1]) == 1, (rel, sent)
+
+    restored = tmp_path / "restored" / "run-a" / "step-00000010"  # back where it was, from its relative path
+    restored.mkdir(parents=True)
+    harness.run_juicefs(
+        ["sync", "--no-https", f"{destination}run-a/step-00000010/", f"{restored}/"],
+        env=harness.subprocess_env(
+            AWS_ACCESS_KEY_ID=stack.secret["access-key"], AWS_SECRET_ACCESS_KEY=stack.secret["secret-key"]
+        ),
+    )
+    assert digests(restored) == digests(committed["run-a/step-00000010"])
     assert checkpoint.verify(restored)

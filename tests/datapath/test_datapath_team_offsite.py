@@ -1,8 +1,9 @@
 """A team's offsite copy on the real binaries, with only what the platform delivered into its namespace: the team
 example's CronJob (rendered from the example project) takes its prefix of the bucket and its sync flags from the
 platform's ``offsite-target`` ConfigMap (rendered from the platform's dev stack), its keys from files, and
-Kubernetes' ``$(VAR)`` expansion builds its destination; `juicefs sync` puts the complete checkpoint under
-``checkpoints/<namespace>/<claim>/`` of the S3 endpoint."""
+Kubernetes' ``$(VAR)`` expansion builds its destination; `juicefs sync` puts the complete checkpoint the job saved
+in its own directory of the claim (``<job name>/step-*``, where the restore test reads) under
+``checkpoints/<namespace>/<claim>/<job name>/`` of the S3 endpoint."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import harness
 from components import tenants
 from components.toolchain import render
 from components.toolchain.render import ROOT
+from components.training import CHECKPOINT_PATH
 
 
 def objects(result: render.Rendering) -> list[dict[str, Any]]:
@@ -46,8 +48,15 @@ def test_a_team_copies_its_checkpoints_under_its_prefix_with_the_delivered_targe
     assert env["SYNC_FLAGS"] == "--no-https"  # MinIO on dev speaks plain HTTP inside the cluster
     assert env["DESTINATION"].endswith("/ai-datasets-dev/checkpoints/vision/checkpoints/")
 
+    # The job saves under its own directory of the claim, the one the rendered restore test reads.
+    (restore,) = [
+        o for o in objects(team) if o["kind"] == "CronJob" and o["metadata"]["name"].endswith("-restore-test")
+    ]
+    (test,) = restore["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    run_dir = test["command"][-1].removeprefix(CHECKPOINT_PATH + "/")
+    assert run_dir and "/" not in run_dir, test["command"]
     root = tmp_path / "checkpoints"
-    done = checkpoint.write_checkpoint(root, 30, [os.urandom(256 * 1024) for _ in range(2)])
+    done = checkpoint.write_checkpoint(root / run_dir, 30, [os.urandom(256 * 1024) for _ in range(2)])
     destination = harness.replace_hostport(env["DESTINATION"], f"{harness.LOOPBACK}:{stack.s3.port}")
     destination = destination.replace("/ai-datasets-dev/", f"/{stack.s3.bucket}/")
     delivered = tmp_path / "offsite-credentials"  # the delivered Secret, mounted as files
@@ -64,6 +73,6 @@ def test_a_team_copies_its_checkpoints_under_its_prefix_with_the_delivered_targe
     listing = stack.s3.client().get_paginator("list_objects_v2")
     pages = listing.paginate(Bucket=stack.s3.bucket, Prefix="checkpoints/vision/")
     copied = sorted(o["Key"] for page in pages for o in page.get("Contents", []))
-    step = "checkpoints/vision/checkpoints/step-00000030/"
+    step = f"checkpoints/vision/checkpoints/{run_dir}/step-00000030/"
     assert copied and all(k.startswith(step) for k in copied), copied
     assert {k.removeprefix(step) for k in copied} == {p.name for p in done.iterdir()}

@@ -1,4 +1,5 @@
-"""Checkpoint protection: the snapshot job against a stand-in API server, its RBAC, and the offsite CronJob."""
+"""Checkpoint protection: the snapshot job against a stand-in API server, its RBAC, and the offsite CronJob (its
+script: test_checkpoint_offsite.py)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,12 @@ from collections.abc import Iterator
 import pytest
 
 from components.checkpoints import (
-    MARKER,
     SNAPSHOT_LABEL,
     CheckpointProtection,
     LandingSettings,
     OffsiteSettings,
     OffsiteTarget,
     SnapshotSettings,
-    offsite_script,
     protect_checkpoints,
     snapshot_rules,
 )
@@ -244,44 +243,6 @@ def test_nothing_is_scheduled_when_both_are_off(build):
     off = CheckpointProtection(snapshots=SnapshotSettings(enabled=False), offsite=OffsiteSettings(enabled=False))
     result, _ = build(lambda: protected(off, TARGET))
     assert not objects(result, "CronJob") and not objects(result, "Role")
-
-
-FAILING_SYNC = """#!/bin/sh
-echo "$@" >> "$SYNC_LOG"
-case "$*" in *"--exclude {marker} "*step-00000002*) exit 1 ;; esac
-"""
-
-
-def test_a_failed_data_copy_never_sends_the_marker_and_fails_the_run(tmp_path):
-    """The copy of step 2's files fails (a `juicefs sync` exiting 1): its marker is not sent, step 1's is, and the
-    run exits 1 so the CronJob's Job fails."""
-    for step in (1, 2):
-        (tmp_path / "ckpt" / f"step-{step:08d}").mkdir(parents=True)
-        (tmp_path / "ckpt" / f"step-{step:08d}" / MARKER).write_text("{}")
-    (tmp_path / "bin").mkdir()
-    (tmp_path / "bin" / "juicefs").write_text(FAILING_SYNC.format(marker=MARKER))
-    (tmp_path / "bin" / "juicefs").chmod(0o755)
-    env = {
-        "PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin",
-        "CHECKPOINTS": f"{tmp_path / 'ckpt'}/",
-        "DESTINATION": "s3://b/x/",
-        "SECRETS": str(tmp_path / "none"),
-        "SYNC_LOG": str(tmp_path / "sync.log"),
-    }
-    run = subprocess.run(["sh", "-c", offsite_script([])], env=env, capture_output=True, text=True)
-    calls = (tmp_path / "sync.log").read_text().splitlines()
-    markers_sent = [line.split()[-1] for line in calls if "--include" in line]
-    assert markers_sent == ["s3://b/x/step-00000001/"]
-    assert run.returncode == 1 and "copy of step-00000002 failed" in run.stdout
-
-
-def test_the_offsite_copy_skips_checkpoints_without_their_marker_and_sends_the_marker_last():
-    script = offsite_script(["--no-https"]).splitlines()
-    check = next(i for i, line in enumerate(script) if f'[ ! -f "${{dir}}{MARKER}" ]' in line)
-    first = next(i for i, line in enumerate(script) if f"--exclude {MARKER}" in line)
-    last = next(i for i, line in enumerate(script) if f"--include {MARKER}" in line)
-    assert check < first < last
-    assert "juicefs sync --no-https" in script[first]
 
 
 def pod_specs(value: object) -> Iterator[dict]:
