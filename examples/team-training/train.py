@@ -194,9 +194,16 @@ def main() -> None:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(FEATURES, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    # Its own generator: the loader's draws (its workers' seeds) leave the training's RNG alone.
+    # Its own generator: the loader's draws (its workers' seeds) leave the training's RNG alone. Workers start from
+    # a fork server, not by forking this process: its checkpoint, promotion and metrics threads may hold a lock at
+    # the moment of a fork, and a forked worker would wait on it for ever (a 2-rank run hung once in a full test run).
     loader = StatefulDataLoader(
-        args.dataset, batch_size=BATCH, num_workers=args.workers, generator=torch.Generator().manual_seed(0)
+        args.dataset,
+        batch_size=BATCH,
+        num_workers=args.workers,
+        generator=torch.Generator().manual_seed(0),
+        multiprocessing_context="forkserver" if args.workers else None,
+        persistent_workers=args.workers > 0,  # started once, not at every epoch
     )
     position = DataPosition(loader)
     step = resume(landing, durable, model, optimizer, rank, position)
