@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -44,14 +43,6 @@ def data(tmp_path):
     for i in range(24):
         (root / "train" / f"shard-{i:03d}.bin").write_bytes(os.urandom(256 * 1024))
     return root
-
-
-@pytest.fixture
-def fio():
-    if shutil.which("fio") is None:
-        if os.environ.get("AI_STORAGE_REQUIRE_DATAPATH") == "1":
-            pytest.fail("fio is not installed (apt-get install fio)")
-        pytest.skip("fio is not installed (apt-get install fio)")
 
 
 @pytest.mark.parametrize("tool", ["fio", "python"])

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,14 +15,6 @@ import pytest
 from ai_storage_training import doctor_fio, doctor_reads
 
 MIB = 1024 * 1024
-
-
-@pytest.fixture
-def fio():
-    if shutil.which("fio") is None:
-        if os.environ.get("AI_STORAGE_REQUIRE_DATAPATH") == "1":
-            pytest.fail("fio is not installed (apt-get install fio)")
-        pytest.skip("fio is not installed (apt-get install fio)")
 
 
 @pytest.fixture(scope="module")
