@@ -323,6 +323,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def add_link_arguments(parser: argparse.ArgumentParser) -> None:
+    """The modes to run (loopback, the shaped link) and the shaped link's rate and delay, as the data-path
+    benchmarks take them."""
+    parser.add_argument("--modes", type=lambda s: s.split(","), default=["loopback", "shaped"])
+    parser.add_argument("--rate-mbit", type=float, default=1000, help="shaped link rate each way (default 1000)")
+    parser.add_argument("--delay-ms", type=float, default=20, help="shaped link round-trip delay (default 20)")
+    parser.add_argument("--workdir", default=None, help="parent dir for the run (a real disk, not tmpfs)")
+
+
 def save(out: Path, label: str, result: dict, unit: str = "medians over --repeat cycles") -> None:
     """Add (or replace) the run ``label`` in the results file; other runs stay."""
     out.parent.mkdir(parents=True, exist_ok=True)

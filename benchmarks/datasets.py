@@ -185,10 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2, help="DataLoader workers (default 2)")
     ap.add_argument("--batch", type=int, default=32, help="samples per batch (default 32)")
     ap.add_argument("--step-ms", type=float, default=5, help="compute step per batch in ms (default 5)")
-    ap.add_argument("--modes", type=lambda s: s.split(","), default=["loopback", "shaped"])
-    ap.add_argument("--rate-mbit", type=float, default=1000, help="shaped link rate each way (default 1000)")
-    ap.add_argument("--delay-ms", type=float, default=20, help="shaped link round-trip delay (default 20)")
-    ap.add_argument("--workdir", default=None, help="parent dir for the run (a real disk, not tmpfs)")
+    datapath.add_link_arguments(ap)
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "datasets.json")
     args = ap.parse_args(argv)
     for mode in args.modes:
