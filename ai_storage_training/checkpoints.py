@@ -84,8 +84,8 @@ class CheckpointManager(CheckpointStore):
     def _save(self, step: int, write: Callable[[Path], object]) -> Checkpoint:
         self.directory.mkdir(parents=True, exist_ok=True)
         if self.is_coordinator:
-            self.clean()
-        if self.world_size > 1:  # shared with the other ranks; waits out a rank's release (which briefly upgrades)
+            self.clean(saving=step)
+        if self.world_size > 1:  # shared with the other ranks; waits out an exclusive holder (clean, retention)
             fd: int | None = lock_waiting(self._lock_path(step), shared=True, timeout=self.timeout, what=f"step {step}")
         else:
             fd = _lock(self._lock_path(step), shared=False)
@@ -116,7 +116,7 @@ class CheckpointManager(CheckpointStore):
                 ranks.abort(staging, f"rank {self.rank} failed: {error!r}")
             raise
         finally:
-            _unlock(self._lock_path(step), fd, remove=self.is_coordinator)
+            _unlock(self._lock_path(step), fd, remove=self.world_size == 1)
         if not self.is_coordinator:
             ranks.wait_for_commit(self.final_path(step), staging, run_id=self.run_id, timeout=self.timeout)
             return Checkpoint(step, self.final_path(step))

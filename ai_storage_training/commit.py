@@ -251,8 +251,9 @@ def lock_waiting(path: Path, *, shared: bool, timeout: float, what: str) -> int:
 
 def unlock(path: Path, fd: int, *, remove: bool = True) -> None:
     """Release the lock; the last holder (the one that can take it exclusively) removes the lock file, unless
-    ``remove`` is False: a rank that is not the coordinator leaves it to the coordinator, whose commit would
-    otherwise reopen it through a stale cached entry on another node (see the module docstring)."""
+    ``remove`` is False. A multi-rank save removes it only when its commit releases it, once every rank's manifest
+    is in: no rank opens that lock file again, so none meets the removed file's stale cached entry on another node
+    (see the module docstring). Removed while a rank sits between opening and locking it, it would be met."""
     try:
         if remove:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -156,7 +156,7 @@ class ManagedWriter(FileSystemWriter):
         manager = self.manager
         manager.directory.mkdir(parents=True, exist_ok=True)
         if manager.is_coordinator:
-            manager.clean()
+            manager.clean(saving=self.step)
             manager._check_new(self.step, held=False)  # FileExistsError early; the commit checks again
         return super().prepare_local_plan(plan)
 
@@ -208,7 +208,7 @@ class ManagedWriter(FileSystemWriter):
 
     def _release(self) -> None:
         if self._fd is not None:
-            _unlock(self.manager._lock_path(self.step), self._fd, remove=self.manager.is_coordinator)
+            _unlock(self.manager._lock_path(self.step), self._fd, remove=self.manager.world_size == 1)
             self._fd = None
 
 

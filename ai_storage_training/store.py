@@ -237,10 +237,12 @@ class CheckpointStore:
         finally:
             _unlock(self._lock_path(checkpoint.step), fd)
 
-    def clean(self) -> list[Path]:
+    def clean(self, *, saving: int | None = None) -> list[Path]:
         """Remove what crashed writers left (staging directories of other runs, ``step-*`` directories without a
         marker, resume decisions of other runs, lock files nobody holds) for every step no live process holds;
-        return the removed directories. Staging directories of this manager's own run are its saves in flight."""
+        return the removed directories. Staging directories of this manager's own run are its saves in flight.
+        The lock file of ``saving`` (the step the coordinator is about to save) stays: other ranks may be opening
+        it, and the step's commit removes it (see :func:`~ai_storage_training.commit.unlock`)."""
         leftovers: dict[int, list[Path]] = {}
         for name in _names(self.directory):
             path = self.directory / name
@@ -269,7 +271,7 @@ class CheckpointStore:
                         shutil.rmtree(path)
                         removed.append(path)
             finally:
-                _unlock(self._lock_path(step), fd)
+                _unlock(self._lock_path(step), fd, remove=step != saving)
         return removed
 
 

@@ -15,16 +15,19 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from ai_storage_training import CheckpointManager, commit
+from ai_storage_training import CheckpointManager, commit, layout
+from ai_storage_training.commit import read_marker
 from components.toolchain.render import ROOT
 
 LEASE = """
 import sys
-from ai_storage_training import CheckpointManager, commit
+from ai_storage_training import CheckpointManager, commit, layout
+from ai_storage_training.commit import read_marker
 with CheckpointManager(sys.argv[1], keep=None).load(step=int(sys.argv[2])) as checkpoint:
     assert checkpoint is not None
     print("leased", flush=True)
@@ -133,3 +136,36 @@ def test_other_errors_and_a_missing_directory_fail_at_once(tmp_path, monkeypatch
     with pytest.raises(FileNotFoundError):
         commit.lock(tmp_path / "gone" / ".step-00000001.lock", shared=False)
     assert time.monotonic() - started < 1
+
+
+def test_a_multi_rank_steps_lock_file_is_removed_only_once_the_step_is_committed(tmp_path, monkeypatch):
+    """With a JuiceFS client per node, a lock file removed while another rank may still open it is met through
+    a stale cached entry (tests/datapath/test_datapath_rank_clients.py): neither a rank's release nor the
+    coordinator's clean() may remove the step's lock file before its commit. Rank 1 goes first each step, so both
+    find it unheld; a dead attempt's staging directory of the step has clean() lock the step too."""
+    managers = [
+        CheckpointManager(tmp_path, keep=None, rank=r, world_size=2, run_id="locks", timeout=30) for r in (0, 1)
+    ]
+    removed: list[tuple[int, bool]] = []  # (step of the lock file, whether that step was committed then)
+    real_unlink = os.unlink
+
+    def unlink(path, *args, **kwargs):
+        if (step := layout.parse_lock(Path(path).name)) is not None:
+            removed.append((step, read_marker(tmp_path / layout.step_dir(step)) is not None))
+        return real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    with ThreadPoolExecutor(1) as ahead:
+        for step in (1, 2, 3):
+            (tmp_path / layout.staging_dir(step, "dead")).mkdir()
+            saved = ahead.submit(managers[1].save, step, lambda d: (d / "state").write_text("1"))
+            manifest = managers[0].staging_path(step) / layout.rank_manifest(1)
+            deadline = time.monotonic() + 10
+            while not manifest.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert manifest.exists(), "rank 1 did not write its manifest"
+            managers[0].save(step, lambda d: (d / "state").write_text("0"))
+            assert saved.result(30).step == step
+    assert {step for step, _ in removed} == {1, 2, 3}, removed  # each commit removed its step's lock file
+    assert all(committed for _, committed in removed), f"a lock file was removed before its step's commit: {removed}"
+    assert not any((tmp_path / layout.staging_dir(step, "dead")).exists() for step in (1, 2, 3))  # clean() ran
