@@ -6,7 +6,7 @@ The ``COMPLETE`` marker (JSON, written last: temporary name, fsynced, renamed, d
      "files": {"__0_0.distcp": {"size": 1048576, "crc32c": "1c2f4a9e", "rank": 0}, ...}}
 
 It lists every file of every rank (path relative to the step directory) with its size and CRC32C (Castagnoli,
-``google-crc32c``, 8 hex digits). Markers written before checksums (``"files": {name: size}``) still read, and
+``crc32c``, 8 hex digits). Markers written before checksums (``"files": {name: size}``) still read, and
 validate by size only.
 
 Validation (:func:`problems`) re-reads every listed file and compares size and CRC32C (``verify="crc32c"``), or
@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import google_crc32c
+import crc32c
 
 from . import layout
 
@@ -89,11 +89,12 @@ class Marker:
 
 def crc32c_file(path: str | os.PathLike[str]) -> FileRecord:
     """Size and CRC32C of a file, read in 8 MiB blocks."""
-    crc, size = 0, 0
+    crc, size, buffer = 0, 0, bytearray(CHUNK)
+    view = memoryview(buffer)
     with open(path, "rb", buffering=0) as f:
-        while data := f.read(CHUNK):  # bytes: google_crc32c's C extension takes no other buffer type
-            crc = google_crc32c.extend(crc, data)
-            size += len(data)
+        while n := f.readinto(buffer):
+            crc = crc32c.crc32c(view[:n], crc)
+            size += n
     return FileRecord(size, crc)
 
 
@@ -102,7 +103,7 @@ def copy_file(source: str | os.PathLike[str], target: str | os.PathLike[str]) ->
     crc, size = 0, 0
     with open(source, "rb", buffering=0) as src, open(target, "xb", buffering=0) as dst:
         while data := src.read(CHUNK):
-            crc = google_crc32c.extend(crc, data)
+            crc = crc32c.crc32c(data, crc)
             dst.write(data)
             size += len(data)
         os.fsync(dst.fileno())

@@ -36,7 +36,7 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-import google_crc32c
+import crc32c
 import torch.distributed as dist
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.filesystem import FileSystem
@@ -66,10 +66,9 @@ class _SummedStream(io.RawIOBase):
         return True
 
     def write(self, data: Any) -> int:
-        chunk = data if isinstance(data, bytes) else bytes(data)  # google_crc32c takes bytes only
-        self.crc32c = google_crc32c.extend(self.crc32c, chunk)
-        self.size += len(chunk)
-        return self.raw.write(chunk)
+        self.crc32c = crc32c.crc32c(data, self.crc32c)  # any buffer, not copied (torch passes memoryviews)
+        self.size += memoryview(data).nbytes
+        return self.raw.write(data)
 
     def tell(self) -> int:
         return self.size

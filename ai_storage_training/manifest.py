@@ -4,7 +4,7 @@ and the dataset reader refuse before any sample of a shard is used.
 Layout: ``<root>/<dataset>/<version>/`` holds ``shard-NNNNNN.tar`` (WebDataset tar shards) and ``manifest.json``,
 written last and atomically: ``{"format": "webdataset", "dataset", "version", "samples", "shards": [{"name",
 "size", "samples", "crc32c"}]}`` (``crc32c``: 8 hex digits, Castagnoli, of the whole shard file). Standard library
-and google-crc32c only (no torch).
+and crc32c only (no torch).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import os
 import re
 from pathlib import Path
 
-import google_crc32c
+import crc32c
 
 FORMAT = "webdataset"
 MANIFEST = "manifest.json"
@@ -58,13 +58,13 @@ class Manifest:
 
 
 def crc32c_hex(data: bytes | memoryview) -> str:
-    return f"{google_crc32c.value(bytes(data)):08x}"
+    return f"{crc32c.crc32c(data):08x}"
 
 
 def file_crc32c(path: Path, copy_to: int | None = None) -> tuple[int, str]:
     """(size, CRC32C hex) of the file at ``path``, read in chunks; each chunk is also written to the file
     descriptor ``copy_to`` when given (a copy checksummed from the very bytes written)."""
-    checksum = google_crc32c.Checksum()
+    checksum = crc32c.CRC32CHash()
     size = 0
     with open(path, "rb") as f:
         while chunk := f.read(CHUNK):

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-import google_crc32c
+import crc32c
 
 from . import manifest as mf
 from .cli_types import Directory, File, Name, Number, OutputDirectory
@@ -36,11 +36,11 @@ class _Checksummed:
     """A write-only stream that counts and checksums the bytes it passes to ``f``."""
 
     def __init__(self, f) -> None:
-        self.f, self.size, self.crc = f, 0, google_crc32c.Checksum()
+        self.f, self.size, self.crc = f, 0, crc32c.CRC32CHash()
 
     def write(self, data) -> int:
-        self.crc.update(bytes(data))
-        self.size += len(data)
+        self.crc.update(data)  # any buffer, not copied
+        self.size += memoryview(data).nbytes
         return self.f.write(data)
 
 

@@ -5,7 +5,7 @@ there. DEST's old manifest is removed before any shard is touched and on any ref
 interrupted copy is never taken for valid. A DEST already holding the version (the same manifest bytes, every
 shard verified) is not copied again. Refusals (exit 1): a manifest missing, truncated, of another version
 (``--version``, default the name of the source directory) or not matching ``--manifest-sha256``
-($AI_STORAGE_DATASET_MANIFEST_SHA256); a shard missing or differing. Standard library and google-crc32c only:
+($AI_STORAGE_DATASET_MANIFEST_SHA256); a shard missing or differing. Standard library and crc32c only:
 the init container needs no torch.
 """
 

@@ -46,14 +46,15 @@ def test_the_training_library_installs_alone_and_a_job_resumes_from_its_checkpoi
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     site = next((venv / "lib").glob("python3*/site-packages"))
-    # Its dependencies, prometheus_client and google-crc32c, come from the test environment (alone, not the whole
-    # environment): pip finds them installed and installs nothing else.
+    # Its dependencies, prometheus_client and crc32c, come from the test environment (alone, not the whole
+    # environment; their package folders, not their console scripts under ../): pip finds them installed and
+    # installs nothing else.
     deps = tmp_path / "deps"
     deps.mkdir()
-    for dependency in ("prometheus_client", "google-crc32c"):
+    for dependency in ("prometheus_client", "crc32c"):
         installed = distribution(dependency)
         for entry in {Path(str(f)).parts[0] for f in installed.files or []}:
-            if not entry.endswith(".pth") and (Path(str(installed.locate_file(entry)))).exists():
+            if entry != ".." and not entry.endswith(".pth") and Path(str(installed.locate_file(entry))).exists():
                 (deps / entry).symlink_to(installed.locate_file(entry))
     (site / "deps.pth").write_text(f"{deps}\n")
     python, pip = str(venv / "bin" / "python"), str(venv / "bin" / "pip")
