@@ -11,9 +11,11 @@ rate-limited link with added latency, ``shaped_network.py``). Per mode, with a s
 2. background: the background part of that DCP save (write, CRC32C, fsync, manifests, commit, until the future is
    done) over a plain write + fsync of the same bytes (the step's files) to the same mount (target <= 1.1).
 3. ranks: 4 processes writing a quarter of the state each through the multi-rank CheckpointManager (one
-   commit) over one process writing all of it, on one mount (target >= 2.5 faster). One mount: with a mount per
-   rank (a client per node), the coordinator's commit failed creating the step's lock file with EPERM on this
-   JuiceFS (the other ranks had just unlinked it through their clients); see the report.
+   commit), each on a JuiceFS mount of its own (a client per rank, as ranks on their own nodes have), over one
+   process writing all of it through one mount (target >= 2.5 faster). The clients share this machine's cores
+   and its one link to the S3 endpoint; ``MBps_endpoint`` is that endpoint's own ceiling (the same bytes PUT
+   straight to it as 4 MiB objects, as many at a time as the 4 clients may upload); ``cpu_busy_*`` the share of all
+   of the machine's cores busy while the timed saves ran.
 4. restore: a validated load (``manager.load()``: every byte's CRC32C, then the job reads the files) over a plain
    read of the same files, page cache dropped before each (target <= 1.2).
 
@@ -24,6 +26,7 @@ benchmarks/results/checkpoints.json with the command line. Needs root (drop_cach
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import multiprocessing
@@ -34,6 +37,8 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -47,10 +52,13 @@ from conftest import generated_config  # noqa: E402
 
 from ai_storage_training.async_save import AsyncCheckpointer  # noqa: E402
 from ai_storage_training.checkpoints import CheckpointManager  # noqa: E402
+from ai_storage_training.dcp import ManagedWriter  # noqa: E402
 
 MIB = 1024 * 1024
 TENSORS = 4
 RANKS = 4
+UPLOADS = 20
+"""The generated ``max-uploads``: a client's concurrent PUTs."""
 TARGETS = {"blocked_dcp": 1.5, "blocked_buffers": 1.5, "background": 1.1, "ranks": 2.5, "restore": 1.2}
 """Upper bounds of the ratios, except ``ranks``: a lower bound of the speed-up."""
 
@@ -89,11 +97,36 @@ def read_all(paths: list[Path]) -> int:
     return total
 
 
+@contextlib.contextmanager
+def timing(cls: type, name: str, samples: list[float]) -> Iterator[None]:
+    """Append the duration of every call of ``cls.name`` (in any thread) to ``samples`` while the block runs."""
+    original = getattr(cls, name)
+
+    def timed_method(*args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            samples.append(time.perf_counter() - started)
+
+    setattr(cls, name, timed_method)
+    try:
+        yield
+    finally:
+        setattr(cls, name, original)
+
+
 def blocked_and_background(root: Path, tensors: dict[str, torch.Tensor], repeat: int) -> dict:
-    """1 and 2: async DCP saves (blocked, background) against clone() and a plain write of the step's files."""
+    """1 and 2: async DCP saves (blocked, background) against clone() and a plain write of the step's files; the
+    background part split into the writer's write_data (DCP's write, CRC32C, fsyncs, manifest) and its finish
+    (DCP's .metadata, the commit, retention)."""
     manager = CheckpointManager(root / "dcp", keep=2)
-    blocked, background, copies, plain = [], [], [], []
-    with AsyncCheckpointer(manager) as checkpointer:
+    blocked, background, copies, plain, writes, finishes = [], [], [], [], [], []
+    with (
+        AsyncCheckpointer(manager) as checkpointer,
+        timing(ManagedWriter, "write_data", writes),
+        timing(ManagedWriter, "finish", finishes),
+    ):
         checkpointer.save_dcp(0, {"model": tensors}).result()  # warm-up: DCP's first call sets up its machinery
         for step in range(1, repeat + 1):
             copies.append(timed(lambda: {k: v.clone() for k, v in tensors.items()}))
@@ -117,10 +150,13 @@ def blocked_and_background(root: Path, tensors: dict[str, torch.Tensor], repeat:
             future = checkpointer.save(step, {f"{k}.bin": v for k, v in buffers.items()})
             buffer_blocked.append(time.perf_counter() - started)
             future.result()
+    split = ratio(background, plain, "background DCP write + commit", "plain write + fsync")
+    split["write_data_seconds"] = [round(s, 4) for s in writes[1:]]  # [0]: the warm-up save
+    split["finish_seconds"] = [round(s, 4) for s in finishes[1:]]
     return {
         "blocked_dcp": ratio(blocked, copies, "async_save blocked", "tensor clone()"),
         "blocked_buffers": ratio(buffer_blocked, buffer_copies, "save blocked", "bytes copy"),
-        "background": ratio(background, plain, "background DCP write + commit", "plain write + fsync"),
+        "background": split,
     }
 
 
@@ -147,10 +183,17 @@ def _rank(mountpoint: str, rank: int, world: int, step: int, shard_bytes: int, r
     manager.save(step, write)
 
 
+def cpu_jiffies() -> tuple[int, int]:
+    """(busy, total) jiffies of all cores since boot, from /proc/stat (idle and iowait are not busy)."""
+    fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(fields) - fields[3] - fields[4], sum(fields)
+
+
 def ranks(mounts: list[Path], shard_bytes: int, repeat: int) -> dict:
-    """3: RANKS processes on their own mounts vs one process writing every shard, through the manager."""
+    """3: RANKS processes, rank r on ``mounts[r]``, vs one process writing every shard through ``mounts[0]``."""
     context = multiprocessing.get_context("fork")
     samples: dict[int, list[float]] = {1: [], RANKS: []}
+    jiffies = {1: [0, 0], RANKS: [0, 0]}  # busy, total: while the timed saves ran
     step = 0
     for _ in range(repeat):
         for world in (1, RANKS):
@@ -164,16 +207,43 @@ def ranks(mounts: list[Path], shard_bytes: int, repeat: int) -> dict:
             for proc in procs:
                 proc.start()
             barrier.wait()
-            started = time.perf_counter()
+            started, (busy, total) = time.perf_counter(), cpu_jiffies()
             for proc in procs:
                 proc.join()
             samples[world].append(time.perf_counter() - started)
+            jiffies[world] = [a + b - c for a, b, c in zip(jiffies[world], cpu_jiffies(), (busy, total), strict=True)]
             if any(proc.exitcode for proc in procs):
                 raise RuntimeError(f"a rank of step {step} failed: {[proc.exitcode for proc in procs]}")
     result = ratio(samples[1], samples[RANKS], "1 writer", f"{RANKS} ranks")
     result["MBps_one"] = round(RANKS * shard_bytes / 1e6 / median(samples[1]), 1)
     result["MBps_ranks"] = round(RANKS * shard_bytes / 1e6 / median(samples[RANKS]), 1)
+    result["cpu_busy_one"], result["cpu_busy_ranks"] = (round(jiffies[w][0] / jiffies[w][1], 2) for w in (1, RANKS))
     return result
+
+
+def endpoint_ceiling(s3: harness.S3Handle, total_bytes: int, repeat: int, uploads: int) -> float:
+    """MB/s of PUTting ``total_bytes`` straight to the S3 endpoint as 4 MiB objects (JuiceFS's block size),
+    ``uploads`` at a time: what JuiceFS writers on this machine can reach at most, however many there are."""
+    import boto3
+    from botocore.config import Config
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3.endpoint,
+        aws_access_key_id=s3.access_key,
+        aws_secret_access_key=s3.secret_key,
+        region_name="us-east-1",
+        config=Config(max_pool_connections=uploads),
+    )
+    block = np.random.default_rng(0).bytes(4 * MIB)
+    samples = []
+    for run in range(repeat):
+        keys = [f"ceiling/{run}/{i}" for i in range(total_bytes // len(block))]
+        started = time.perf_counter()
+        with ThreadPoolExecutor(uploads) as pool:
+            list(pool.map(lambda key: client.put_object(Bucket=s3.bucket, Key=key, Body=block), keys))
+        samples.append(time.perf_counter() - started)
+    return round(len(keys) * len(block) / 1e6 / median(samples), 1)
 
 
 def validated_load(manager: CheckpointManager, paths: list[Path]) -> None:
@@ -216,14 +286,17 @@ def run(args: argparse.Namespace, mode: str) -> dict:
             harness.datapath_stack(
                 config["redis_conf"], config["volume_secret"], workdir, object_store=object_store
             ) as stack,
-            stack.mount(options, name="rank0") as first,
+            contextlib.ExitStack() as mounts,
         ):
+            first, *others = [mounts.enter_context(stack.mount(options, name=f"rank{r}")) for r in range(RANKS)]
             root = first.mountpoint / "bench"
             result = blocked_and_background(root, tensors, args.repeat)
             log(f"  blocked/copy {result['blocked_dcp']['ratio']}, background/plain {result['background']['ratio']}")
             result["restore"] = restore(root, args.repeat)
             log(f"  validated restore/plain read {result['restore']['ratio']}")
-            result["ranks"] = ranks([first.mountpoint] * RANKS, state_bytes // RANKS, args.repeat)
+            result["ranks"] = ranks([m.mountpoint for m in (first, *others)], state_bytes // RANKS, args.repeat)
+            ceiling = endpoint_ceiling(stack.s3, state_bytes, args.repeat, uploads=RANKS * UPLOADS)
+            result["ranks"]["MBps_endpoint"] = ceiling
             log(f"  1 writer/{RANKS} ranks {result['ranks']['ratio']}")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
