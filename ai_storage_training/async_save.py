@@ -155,17 +155,20 @@ class AsyncCheckpointer:
         return future
 
     def _finished(self, step: int, future: Future) -> None:
+        """Settle a done save once (the done callback and _raise_failure both call this): the lag is updated
+        under the lock, so whichever call comes second returns only after it."""
+        error = future.exception()
         with self._lock:
             if future in self._settled:
                 return
             self._settled.add(future)
-        error = future.exception()
+            if error is not None:
+                self.lag.failed(step)  # raised to the job by _raise_failure, which reads the future itself
+            elif self.durable:
+                self.lag.durable(step)
         if error is not None:
             log.error("checkpoint step %d failed in the background: %s", step, error)
-            self.lag.failed(step)  # raised to the job by _raise_failure, which reads the future itself
             return
-        if self.durable:
-            self.lag.durable(step)
         for callback in self.on_saved:
             callback(step)
 

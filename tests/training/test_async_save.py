@@ -4,6 +4,7 @@ the job, shutdown waits; the lag gauges follow requests and durable steps."""
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -100,6 +101,27 @@ def test_a_background_failure_is_raised_at_the_next_save_once(tmp_path, own_lag)
     checkpointer.save(2, {"w": b"2"}).result(timeout=30)  # raised once; the job saves again
     checkpointer.close()
     assert own_lag.steps() == 0 and own_lag.seconds() == 0  # a newer durable step covers the failed one
+
+
+def test_a_failure_raised_to_the_job_is_already_out_of_the_lag(tmp_path, own_lag, monkeypatch):
+    """The done callback (background thread) and the next save (the job) both settle a failed save; the job's
+    call must not return before the lag counts the save as failed, however slow the callback is."""
+    failed = own_lag.failed
+
+    def slow_failed(step: int) -> None:
+        time.sleep(0.5)
+        failed(step)
+
+    monkeypatch.setattr(own_lag, "failed", slow_failed)
+    manager = GatedManager(tmp_path, fail=OSError(28, "No space left on device"))
+    checkpointer = AsyncCheckpointer(manager, lag=own_lag)
+    future = checkpointer.save(1, {"w": b"1"})
+    manager.gate.set()
+    assert isinstance(future.exception(timeout=30), OSError)
+    with pytest.raises(CheckpointSaveError, match="step 1 failed in the background"):
+        checkpointer.save(2, {"w": b"2"})
+    assert own_lag.in_flight() == 0 and own_lag.steps() == 1
+    checkpointer.close()
 
 
 def test_wait_and_close_raise_a_failure_the_job_has_not_seen(tmp_path, own_lag):
