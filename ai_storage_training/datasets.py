@@ -3,6 +3,10 @@
 - Split: every epoch, the shards are put in an order seeded by ``(seed, epoch)`` (the same on every rank); rank
   ``r`` of ``w`` takes every ``w``-th shard from ``r``, and DataLoader worker ``k`` of ``n`` every ``n``-th of
   those from ``k``: each shard is read by exactly one worker of one rank per epoch.
+- Even shares (``even=True``, the default): every worker of every rank yields the same number of samples per
+  epoch, the fewest any of them holds (the others skip the rest of theirs that epoch), so every rank gets as many
+  batches as the others: a DDP rank that runs out first would leave the others waiting in their all-reduce.
+  ``even=False`` yields every sample, in the shares the shards give.
 - Shuffle: each worker's samples pass through a bounded buffer (``shuffle_buffer`` samples) from which a
   generator seeded by ``(seed, epoch, rank, worker)`` draws; the order of sample *positions* is computed from the
   manifest's sample counts alone, so it is known before any byte is read.
@@ -76,6 +80,7 @@ class ShardDataset(IterableDataset):
         readahead: int = 2,
         rank: int | None = None,
         world_size: int | None = None,
+        even: bool = True,
         transform: Callable[[Sample], Any] | None = None,
     ):
         directory = directory if directory is not None else os.environ.get(mf.DIR_VARIABLE, "")
@@ -91,7 +96,9 @@ class ShardDataset(IterableDataset):
             raise ValueError("rank, world_size: give both or neither (neither: torch.distributed's, or 0 of 1)")
         if rank is not None and world_size is not None and not 0 <= rank < world_size:
             raise ValueError(f"rank: expected 0 <= rank < world_size ({world_size}); got {rank}")
-        self.rank, self.world_size = rank, world_size
+        if not isinstance(even, bool):
+            raise ValueError(f"even: expected True (equal shares per rank and worker) or False; got {even!r}")
+        self.rank, self.world_size, self.even = rank, world_size, even
         self.epoch = 0
         self._yielded = 0
         self._resume: dict[str, int] | None = None
@@ -118,14 +125,23 @@ class ShardDataset(IterableDataset):
         return rank, world, (info.id if info else 0), (info.num_workers if info else 1)
 
     def order(self, epoch: int) -> tuple[list[int], array]:
-        """This worker's shards (indices into the manifest) and sample positions for ``epoch``."""
+        """This worker's shards (indices into the manifest) and sample positions for ``epoch`` (cut to the even
+        share when ``even``)."""
         rank, world, worker, workers = self._split()
         shard_ids = list(range(len(self.manifest.shards)))
         random.Random(f"{self.seed}:{epoch}").shuffle(shard_ids)
         mine = shard_ids[rank::world][worker::workers]
         counts = [s.samples for s in self.manifest.shards]
         rng = random.Random(f"{self.seed}:{epoch}:{rank}:{worker}")
-        return mine, positions(counts, mine, self.shuffle_buffer, rng)
+        order = positions(counts, mine, self.shuffle_buffer, rng)
+        held = [sum(counts[s] for s in shard_ids[r::world][k::workers]) for r in range(world) for k in range(workers)]
+        if min(held) == 0 and (self.even or len(shard_ids) < world):
+            raise mf.DatasetError(
+                f"{self.manifest.describe()} has {len(shard_ids)} shards for {world} ranks x {workers} DataLoader "
+                f"workers: some would get none; pack it into at least {world * workers if self.even else world} "
+                f"shards (a smaller shard size) or use fewer workers"
+            )
+        return mine, order[: min(held)] if self.even else order
 
     def _read(self, sid: int) -> list[Sample]:
         """Shard ``sid``'s samples, refused unless its size, CRC32C and sample count match the manifest."""

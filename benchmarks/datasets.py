@@ -71,7 +71,9 @@ def consume(layout: str, root: Path, args: argparse.Namespace) -> dict:
         dataset: Dataset = Files(sorted((root / "small").iterdir()))
         loader = DataLoader(dataset, batch_size=args.batch, shuffle=True, num_workers=args.workers, collate_fn=total)
     else:
-        shards = ShardDataset(root / "packed" / "bench" / "v1", shuffle_buffer=256, transform=sample_bytes)
+        shards = ShardDataset(  # one rank: every sample, as the file-per-sample dataset reads them
+            root / "packed" / "bench" / "v1", shuffle_buffer=256, even=False, transform=sample_bytes
+        )
         loader = DataLoader(shards, batch_size=args.batch, num_workers=args.workers, collate_fn=total)
     nbytes, batches = 0, 0
     t0 = time.perf_counter()

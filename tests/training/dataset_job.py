@@ -2,7 +2,8 @@
 with 2 workers, batches of sample keys. Rank and world size come from torch.distributed (RANK, WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT in the environment).
 
-- ``epoch``: read one epoch, print the keys (a JSON list, in the order the loader gave them).
+- ``epoch``: read one epoch, print the keys (a JSON list, in the order the loader gave them); with
+  ``--allreduce``, all-reduce a tensor after every batch, as DDP does with the gradients.
 - ``save``: after ``--after`` batches, save the loader's state to ``--state`` (and the keys so far beside it),
   print ``saved``, then keep reading slowly and never exit (the test kills it with SIGKILL).
 - ``resume``: load ``--state``, read to the end of the epoch, print the keys.
@@ -39,6 +40,7 @@ def main() -> int:
     ap.add_argument("--epoch", type=int, default=0)
     ap.add_argument("--state")
     ap.add_argument("--after", type=int, default=3)
+    ap.add_argument("--allreduce", action="store_true")
     args = ap.parse_args()
     distributed = "WORLD_SIZE" in os.environ
     if distributed:
@@ -57,6 +59,8 @@ def main() -> int:
     seen: list[str] = []
     for n, batch in enumerate(loader, start=1):
         seen += batch
+        if args.allreduce:
+            dist.all_reduce(torch.ones(1))
         if args.mode == "save" and n == args.after:
             torch.save(loader.state_dict(), args.state + ".tmp")
             os.replace(args.state + ".tmp", args.state)

@@ -44,6 +44,14 @@ def version(tmp_path) -> Path:
     return tmp_path / "datasets" / "toy" / "v1"
 
 
+@pytest.fixture
+def uneven(tmp_path) -> Path:
+    """90 samples in 15 shards of 6: 2 ranks x 2 workers hold 4, 4, 4 and 3 shards (24, 24, 24, 18 samples)."""
+    result = pack(make_files(tmp_path / "files", 90), tmp_path / "datasets", "toy", "v2", shard_bytes=6 * 3584)
+    assert [s.samples for s in result.shards] == [6] * 15
+    return tmp_path / "datasets" / "toy" / "v2"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -205,8 +213,53 @@ def test_a_manifest_of_another_version_a_truncated_one_or_one_not_matching_the_p
         ({"readahead": "2"}, "readahead: expected an integer >= 1; got '2'"),
         ({"rank": 1}, "rank, world_size: give both or neither"),
         ({"rank": 2, "world_size": 2}, r"rank: expected 0 <= rank < world_size \(2\); got 2"),
+        ({"even": "yes"}, r"even: expected True \(equal shares per rank and worker\) or False; got 'yes'"),
     ],
 )
 def test_bad_reader_arguments_are_refused_with_the_argument_named(version, kwargs, message):
     with pytest.raises(ValueError, match=message):
         ShardDataset(version, **kwargs)
+
+
+def shares(directory: Path, monkeypatch, **kwargs) -> list[list[str]]:
+    """The keys each worker of 2 ranks x 2 DataLoader workers yields in epoch 0, in this process (the worker is
+    what ``get_worker_info`` says, as inside a DataLoader worker)."""
+    from types import SimpleNamespace
+
+    from ai_storage_training import datasets
+
+    out = []
+    for rank in range(2):
+        for worker in range(2):
+            monkeypatch.setattr(datasets, "get_worker_info", lambda w=worker: SimpleNamespace(id=w, num_workers=2))
+            dataset = ShardDataset(directory, rank=rank, world_size=2, **kwargs)
+            out.append([sample["__key__"] for sample in dataset])
+    return out
+
+
+def test_every_worker_of_every_rank_yields_the_same_number_of_samples_of_an_uneven_version(uneven, monkeypatch):
+    even = shares(uneven, monkeypatch)
+    assert [len(keys) for keys in even] == [18] * 4  # the fewest any worker holds
+    assert len({key for keys in even for key in keys}) == 72  # none twice
+    every = shares(uneven, monkeypatch, even=False)
+    assert sorted(len(keys) for keys in every) == [18, 24, 24, 24]
+    assert sorted(key for keys in every for key in keys) == [f"img{i:04d}" for i in range(90)]
+
+
+def test_two_ranks_all_reducing_every_batch_finish_an_epoch_of_an_uneven_version(uneven):
+    """What DDP does: an all-reduce per batch. With unequal shares the rank with more batches waits for ever."""
+    done = finish(ranks("epoch", "--data", str(uneven), "--allreduce"))
+    assert len(done[0]) == len(done[1]) == 36 and not set(done[0]) & set(done[1])
+
+
+def test_a_version_with_fewer_shards_than_ranks_x_workers_is_refused_naming_the_counts(version, monkeypatch):
+    from types import SimpleNamespace
+
+    from ai_storage_training import datasets
+
+    monkeypatch.setattr(datasets, "get_worker_info", lambda: SimpleNamespace(id=0, num_workers=16))
+    with pytest.raises(mf.DatasetError, match="has 16 shards for 2 ranks x 16 DataLoader workers: some would get"):
+        list(ShardDataset(version, rank=0, world_size=2))
+    assert list(ShardDataset(version, rank=0, world_size=2, even=False))  # workers without a shard: allowed
+    with pytest.raises(mf.DatasetError, match="has 16 shards for 32 ranks x 16 DataLoader workers"):
+        list(ShardDataset(version, rank=0, world_size=32, even=False))  # ranks without one: refused
