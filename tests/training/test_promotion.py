@@ -4,9 +4,6 @@ restore prefers a local step that validates."""
 
 from __future__ import annotations
 
-import os
-import random
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,10 +11,11 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-from ai_storage_training import lag, layout, promotion
+from ai_storage_training import lag, promotion
 from ai_storage_training.async_save import AsyncCheckpointer
 from ai_storage_training.checkpoints import CheckpointManager
 from ai_storage_training.commit import read_marker
+from tests.training import promoter_job
 
 PROMOTER = Path(__file__).with_name("promoter_job.py")
 
@@ -139,31 +137,9 @@ def test_the_background_thread_promotes_what_async_saves_land_and_close_flushes(
 def test_the_newest_durable_step_survives_a_promoter_killed_at_random_points(tmp_path):
     local = CheckpointManager(tmp_path / "local", keep=None)
     durable_dir = tmp_path / "durable"
-    rng = random.Random(26)
-    step, newest, kills, mid_copy = 0, None, 0, 0
-    for _ in range(12):
-        for _ in range(3):  # the job lands three more steps between kills
-            step += 1
-            land(local, step, size=1024 * 1024)
-        proc = subprocess.Popen([sys.executable, str(PROMOTER), str(local.directory), str(durable_dir), "0.5"])
-        try:
-            proc.wait(timeout=rng.uniform(0.2, 1.5))
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=30)
-            kills += 1
-            mid_copy += any(
-                layout.parse_staging(name) is not None for name in os.listdir(durable_dir) if durable_dir.exists()
-            )
-        check = CheckpointManager(durable_dir, keep=None)
-        latest = check.latest()
-        if newest is not None:
-            assert latest is not None and latest.step >= newest, f"durable step {newest} lost after a kill"
-        if latest is not None:
-            check.validate(latest.step)  # every byte of the newest durable step, read back
-            newest = latest.step
-        gone = set(range(1, step + 1)) - set(steps(CheckpointManager(local.directory, keep=None)))
-        assert not gone or (newest is not None and max(gone) <= newest), f"local {sorted(gone)} left unpromoted"
+    step, newest, kills, mid_copy = promoter_job.kill_at_random(
+        local, durable_dir, lambda step: land(local, step, size=1024 * 1024), rounds=12, seed=26
+    )
     print(f"\npromoter killed {kills} times of 12 ({mid_copy} in a copy), newest durable step {newest} of {step}")
     assert kills >= 3 and mid_copy >= 1  # the kills landed, some in the middle of a copy
     subprocess.run([sys.executable, str(PROMOTER), str(local.directory), str(durable_dir)], check=True, timeout=120)
