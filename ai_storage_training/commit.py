@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import io
 import json
 import os
 import time
@@ -32,6 +33,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 import crc32c
 
@@ -85,6 +87,36 @@ class Marker:
     files: dict[str, FileRecord]
     run_id: str = ""
     world_size: int = 1
+
+
+class SummedStream(io.RawIOBase):
+    """A file opened for writing that keeps the size and CRC32C of every byte written through it (the DCP writer's
+    files, the packer's shards)."""
+
+    def __init__(self, raw: IO[bytes]):
+        self.raw, self.size, self.crc32c = raw, 0, 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self.crc32c = crc32c.crc32c(data, self.crc32c)  # any buffer, not copied (torch passes memoryviews)
+        self.size += memoryview(data).nbytes
+        return self.raw.write(data)
+
+    def tell(self) -> int:
+        return self.size
+
+    def fileno(self) -> int:
+        return self.raw.fileno()
+
+    def flush(self) -> None:
+        if not self.raw.closed:
+            self.raw.flush()
+
+    def close(self) -> None:
+        super().close()
+        self.raw.close()
 
 
 def crc32c_file(path: str | os.PathLike[str]) -> FileRecord:
@@ -150,15 +182,20 @@ def sync_tree(root: Path, *, checksum: bool = True, rank: int = 0) -> dict[str, 
     return {os.path.relpath(path, root): record for path, record in zip(paths, records, strict=True)}
 
 
-def write_json_atomically(path: Path, document: object) -> None:
-    """Write ``document`` to ``path``: a temporary hidden name, fsynced, renamed, the directory fsynced."""
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path``: a temporary hidden name, fsynced, renamed, the directory fsynced."""
     temporary = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:12]}"
-    with open(temporary, "w") as f:
-        json.dump(document, f, sort_keys=True)
+    with open(temporary, "wb") as f:
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
     os.rename(temporary, path)
     fsync_dir(path.parent)
+
+
+def write_json_atomically(path: Path, document: object) -> None:
+    """:func:`write_atomically` of ``document`` as JSON (keys sorted)."""
+    write_atomically(path, json.dumps(document, sort_keys=True).encode())
 
 
 def write_marker(final: Path, marker: Marker) -> None:

@@ -34,9 +34,8 @@ import threading
 import time
 from collections.abc import Generator
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
-import crc32c
 import torch.distributed as dist
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.filesystem import FileSystem
@@ -46,7 +45,7 @@ from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
 from . import layout, metrics, ranks
-from .commit import FileRecord, crc32c_file, fsync_dir, lock_waiting
+from .commit import FileRecord, SummedStream, crc32c_file, fsync_dir, lock_waiting
 from .commit import unlock as _unlock
 
 if TYPE_CHECKING:  # the manager imports this module when asked for a DCP writer or reader
@@ -54,35 +53,6 @@ if TYPE_CHECKING:  # the manager imports this module when asked for a DCP writer
 
 METADATA = ".metadata"
 """DCP's global plan, written by the coordinator."""
-
-
-class _SummedStream(io.RawIOBase):
-    """A file opened for writing that keeps the size and CRC32C of every byte written through it."""
-
-    def __init__(self, raw: IO[bytes]):
-        self.raw, self.size, self.crc32c = raw, 0, 0
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: Any) -> int:
-        self.crc32c = crc32c.crc32c(data, self.crc32c)  # any buffer, not copied (torch passes memoryviews)
-        self.size += memoryview(data).nbytes
-        return self.raw.write(data)
-
-    def tell(self) -> int:
-        return self.size
-
-    def fileno(self) -> int:
-        return self.raw.fileno()
-
-    def flush(self) -> None:
-        if not self.raw.closed:
-            self.raw.flush()
-
-    def close(self) -> None:
-        super().close()
-        self.raw.close()
 
 
 class _SummingFileSystem(FileSystem):
@@ -98,7 +68,7 @@ class _SummingFileSystem(FileSystem):
             with super().create_stream(path, mode) as stream:
                 yield stream
             return
-        stream = _SummedStream(open(path, "wb"))  # noqa: SIM115 (closed below or by DCP)
+        stream = SummedStream(open(path, "wb"))  # noqa: SIM115 (closed below or by DCP)
         try:
             yield stream
         finally:

@@ -18,13 +18,14 @@ from pathlib import Path
 
 import crc32c
 
+from .commit import write_atomically
+
 FORMAT = "webdataset"
 MANIFEST = "manifest.json"
 SHARD_NAME = re.compile(r"shard-\d{6}\.tar")
 VERSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 DIR_VARIABLE = "AI_STORAGE_DATASET_DIR"
 SHA256_VARIABLE = "AI_STORAGE_DATASET_MANIFEST_SHA256"
-CHUNK = 4 * 1024 * 1024
 
 
 class DatasetError(ValueError):
@@ -59,22 +60,6 @@ class Manifest:
 
 def crc32c_hex(data: bytes | memoryview) -> str:
     return f"{crc32c.crc32c(data):08x}"
-
-
-def file_crc32c(path: Path, copy_to: int | None = None) -> tuple[int, str]:
-    """(size, CRC32C hex) of the file at ``path``, read in chunks; each chunk is also written to the file
-    descriptor ``copy_to`` when given (a copy checksummed from the very bytes written)."""
-    checksum = crc32c.CRC32CHash()
-    size = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            checksum.update(chunk)
-            size += len(chunk)
-            if copy_to is not None:
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(copy_to, view) :]
-    return size, checksum.digest().hex()
 
 
 def to_json(dataset: str, version: str, shards: list[Shard]) -> bytes:
@@ -156,21 +141,7 @@ def missing(manifest: Manifest, shard: Shard, path: Path) -> DatasetError:
     return DatasetError(f"shard {shard.name} of {manifest.describe()}: missing ({path})")
 
 
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def publish(directory: Path, raw: bytes) -> None:
-    """Write ``directory/manifest.json`` atomically: a hidden temporary file, fsynced, renamed, directory
-    fsynced. Call it after every shard it lists is fsynced in place."""
-    tmp = directory / f".{MANIFEST}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(raw)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, directory / MANIFEST)
-    fsync_dir(directory)
+    """Write ``directory/manifest.json`` atomically (``commit.write_atomically``). Call it after every shard it
+    lists is fsynced in place."""
+    write_atomically(directory / MANIFEST, raw)

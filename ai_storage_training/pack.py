@@ -19,10 +19,9 @@ import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-import crc32c
-
 from . import manifest as mf
 from .cli_types import Directory, File, Name, Number, OutputDirectory
+from .commit import SummedStream, fsync_dir
 
 DEFAULT_SHARD_MIB = 64
 TAR_BLOCK = 512
@@ -30,18 +29,6 @@ TAR_BLOCK = 512
 
 class PublishedError(mf.DatasetError):
     """The version already has a manifest: it is immutable."""
-
-
-class _Checksummed:
-    """A write-only stream that counts and checksums the bytes it passes to ``f``."""
-
-    def __init__(self, f) -> None:
-        self.f, self.size, self.crc = f, 0, crc32c.CRC32CHash()
-
-    def write(self, data) -> int:
-        self.crc.update(data)  # any buffer, not copied
-        self.size += memoryview(data).nbytes
-        return self.f.write(data)
 
 
 def samples(source: Path, files: Iterable[str] | None = None) -> Iterator[tuple[str, dict[str, Path]]]:
@@ -94,7 +81,7 @@ def _write_shard(webdataset, target: Path, index: int, batch: list[tuple[str, di
     """One shard with webdataset's TarWriter, under a hidden name, fsynced, then renamed into place."""
     name = f"shard-{index:06d}.tar"
     with open(target / f".{name}.tmp", "wb") as f:
-        stream = _Checksummed(f)
+        stream = SummedStream(f)
         writer = webdataset.TarWriter(stream, encoder=False, mtime=0)
         for key, members in batch:
             writer.write({"__key__": key, **{ext: path.read_bytes() for ext, path in members.items()}})
@@ -102,7 +89,7 @@ def _write_shard(webdataset, target: Path, index: int, batch: list[tuple[str, di
         f.flush()
         os.fsync(f.fileno())
     os.replace(target / f".{name}.tmp", target / name)
-    return mf.Shard(name, stream.size, len(batch), stream.crc.digest().hex())
+    return mf.Shard(name, stream.size, len(batch), f"{stream.crc32c:08x}")
 
 
 def pack(
@@ -136,7 +123,7 @@ def pack(
         ]
         if not shards:
             raise mf.DatasetError(f"{source}: no files to pack")
-        mf.fsync_dir(target)
+        fsync_dir(target)
         raw = mf.to_json(dataset, version, shards)
         mf.publish(target, raw)
         return mf.parse(raw, target / mf.MANIFEST)

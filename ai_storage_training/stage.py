@@ -18,39 +18,37 @@ from pathlib import Path
 
 from . import manifest as mf
 from .cli_types import Directory, Hex, Name, OutputDirectory
+from .commit import copy_file, crc32c_file, fsync_dir
 
 
 def _verified(dest: Path, manifest: mf.Manifest, shard: mf.Shard) -> bool:
     path = dest / shard.name
     if not path.is_file():
         return False
-    size, crc = mf.file_crc32c(path)
-    return (size, crc) == (shard.size, shard.crc32c)
+    record = crc32c_file(path)
+    return (record.size, f"{record.crc32c:08x}") == (shard.size, shard.crc32c)
 
 
 def _unmark(dest: Path) -> None:
     """Remove DEST's manifest (durably): whatever DEST holds is no longer taken for a valid copy."""
     if (dest / mf.MANIFEST).exists():
         (dest / mf.MANIFEST).unlink()
-        mf.fsync_dir(dest)
+        fsync_dir(dest)
 
 
 def _copy(source: Path, dest: Path, manifest: mf.Manifest, shard: mf.Shard) -> None:
     """Copy one shard under a hidden name, checksumming the bytes as written; rename only if they match."""
     tmp = dest / f".{shard.name}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    tmp.unlink(missing_ok=True)  # left by a copy cut short
     try:
         try:
-            size, crc = mf.file_crc32c(source / shard.name, copy_to=fd)
+            record = copy_file(source / shard.name, tmp)  # fsynced
         except FileNotFoundError:
             raise mf.missing(manifest, shard, source / shard.name) from None
-        mf.check_shard(manifest, shard, size, crc)
-        os.fsync(fd)
+        mf.check_shard(manifest, shard, record.size, f"{record.crc32c:08x}")
     except BaseException:
-        os.close(fd)
         tmp.unlink(missing_ok=True)
         raise
-    os.close(fd)
     os.replace(tmp, dest / shard.name)
 
 
@@ -82,7 +80,7 @@ def stage(
     for shard in manifest.shards:
         if not _verified(dest, manifest, shard):
             _copy(source, dest, manifest, shard)
-    mf.fsync_dir(dest)
+    fsync_dir(dest)
     mf.publish(dest, raw)
     return manifest, True
 

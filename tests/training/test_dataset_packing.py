@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from ai_storage_training import manifest as mf
+from ai_storage_training.commit import crc32c_file
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -49,7 +50,8 @@ def intact(version: Path) -> mf.Manifest:
     manifest = mf.load(version)
     for shard in manifest.shards:
         assert (version / shard.name).is_file(), f"{shard.name} listed but missing"
-        assert mf.file_crc32c(version / shard.name) == (shard.size, shard.crc32c), f"{shard.name} incomplete"
+        record = crc32c_file(version / shard.name)
+        assert (record.size, f"{record.crc32c:08x}") == (shard.size, shard.crc32c), f"{shard.name} incomplete"
     return manifest
 
 
