@@ -14,6 +14,7 @@ import math
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,14 @@ def _kind(path: Path) -> str:
     return "a file" if path.is_file() else "neither a file nor a directory"
 
 
+def _existing(text: str, noun: str, what: str, found: Callable[[Path], bool]) -> Path:
+    """``text`` as a path where ``found`` holds, else the refusal naming ``noun`` (and ``what``, when given)."""
+    path = Path(text)
+    if not text or not found(path):
+        raise _refuse(f"an existing {noun}{f' ({what})' if what else ''}", text, _kind(path) if text else "empty")
+    return path
+
+
 @dataclass(frozen=True)
 class Directory:
     """An existing directory (``what`` says which, for the message)."""
@@ -38,11 +47,7 @@ class Directory:
     what: str = ""
 
     def __call__(self, text: str) -> Path:
-        path = Path(text)
-        expected = f"an existing directory{f' ({self.what})' if self.what else ''}"
-        if not text or not path.is_dir():
-            raise _refuse(expected, text, _kind(path) if text else "empty")
-        return path
+        return _existing(text, "directory", self.what, Path.is_dir)
 
 
 @dataclass(frozen=True)
@@ -52,11 +57,7 @@ class File:
     what: str = ""
 
     def __call__(self, text: str) -> Path:
-        path = Path(text)
-        expected = f"an existing file{f' ({self.what})' if self.what else ''}"
-        if not text or not path.is_file():
-            raise _refuse(expected, text, _kind(path) if text else "empty")
-        return path
+        return _existing(text, "file", self.what, Path.is_file)
 
 
 @dataclass(frozen=True)
