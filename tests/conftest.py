@@ -58,6 +58,22 @@ def as_installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     sys.path.remove(str(path))
 
 
+TEAM_EXAMPLE = render.ROOT / "examples" / "team-training"
+"""The team example: a Pulumi project of its own, importing the installed package."""
+
+
+@pytest.fixture
+def render_team(tmp_path: Path, as_installed: None) -> Render:
+    """``render_team("dev-volcano", dataset={"size": "1Ti"})``: a stack of the team example with config overrides."""
+
+    def run(stack: str = "dev", **overrides: object) -> tuple[render.Rendering, render.RecordingMonitor]:
+        config = stack_file(tmp_path, stack, overrides, TEAM_EXAMPLE)
+        monitor = render.run(stack, config, TEAM_EXAMPLE)
+        return render.rendering(stack, monitor), monitor
+
+    return run
+
+
 @pytest.fixture
 def build() -> Build:
     """``build(lambda: MetadataEngine("meta", MetadataEngineArgs(MetadataSettings())))`` -> (Rendering,

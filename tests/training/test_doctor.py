@@ -26,13 +26,14 @@ FIGURES = {
 }
 
 
-def run_doctor(*args: str) -> subprocess.CompletedProcess[str]:
+def run_doctor(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "ai_storage_training", "doctor", *args],
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
+        env=env,
     )
 
 

@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from ai_storage_training import doctor_fio, doctor_reads
+from tests.training.test_doctor import run_doctor
 
 MIB = 1024 * 1024
 
@@ -26,17 +25,6 @@ def many_small_files(tmp_path_factory):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(os.urandom(8192))
     return root
-
-
-def run_doctor(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ai_storage_training", "doctor", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env=env,
-    )
 
 
 def test_groups_keep_every_file_once_in_order_within_the_value_limit():

@@ -6,7 +6,7 @@ refused naming the key."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import functools
 
 import pytest
 
@@ -19,20 +19,15 @@ from components.toolchain import render
 from components.training import RuntimeSettings, runtime_spec
 from tests import kube_semantics
 from tests.conformance.upstream import validate_custom_resource
-from tests.conftest import Render, objects, stack_file
+from tests.conftest import Render, objects
 
-EXAMPLE = render.ROOT / "examples" / "team-training"
 SHA = "ab" * 32
 
 
 @pytest.fixture
-def render_team(tmp_path: Path, as_installed: None) -> Render:
-    def run(stack: str = "dev-volcano", **overrides: object) -> tuple[render.Rendering, render.RecordingMonitor]:
-        config = stack_file(tmp_path, stack, overrides, EXAMPLE)
-        monitor = render.run(stack, config, EXAMPLE)
-        return render.rendering(stack, monitor), monitor
-
-    return run
+def render_team(render_team: Render) -> Render:
+    """The team example's dev-volcano stack unless told otherwise (staging renders into Volcano jobs)."""
+    return functools.partial(render_team, "dev-volcano")
 
 
 def pod_spec(result: render.Rendering) -> dict:

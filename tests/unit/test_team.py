@@ -4,8 +4,6 @@ patches the runtime's pods, with no Secret and no StackReference; bad values."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from components import tenants
@@ -15,22 +13,8 @@ from components.team import load_team_settings
 from components.toolchain import render
 from components.toolchain.cli import main
 from tests.conformance.upstream import validate_object
-from tests.conftest import Render, by_name, objects, stack_file
+from tests.conftest import TEAM_EXAMPLE, by_name, objects, stack_file
 from tests.unit.test_training import multiproc_dir
-
-EXAMPLE = render.ROOT / "examples" / "team-training"
-
-
-@pytest.fixture
-def render_team(tmp_path: Path, as_installed: None) -> Render:
-    """``render_team("dev-volcano", dataset={"size": "1Ti"})``: a stack of the example with config overrides."""
-
-    def run(stack: str = "dev", **overrides: object) -> tuple[render.Rendering, render.RecordingMonitor]:
-        config = stack_file(tmp_path, stack, overrides, EXAMPLE)
-        monitor = render.run(stack, config, EXAMPLE)
-        return render.rendering(stack, monitor), monitor
-
-    return run
 
 
 def node_pod(job: dict) -> dict:
@@ -299,17 +283,17 @@ def test_bad_values_name_the_key(config, key, expected):
 
 
 def test_cli_renders_the_example_and_exits_2_on_a_bad_value(tmp_path, capsys, as_installed):
-    example = ["--project-dir", str(EXAMPLE)]
+    example = ["--project-dir", str(TEAM_EXAMPLE)]
     assert main(["render", "--stack", "dev", *example, "--out", str(tmp_path / "ok")]) == 0
     assert (tmp_path / "ok" / "manifests" / "vision.yaml").is_file()
-    bad = stack_file(tmp_path, "dev", {"job": {"name": "ResNet"}}, EXAMPLE)
+    bad = stack_file(tmp_path, "dev", {"job": {"name": "ResNet"}}, TEAM_EXAMPLE)
     args = ["render", "--stack", "dev", *example, "--config-file", str(bad)]
     assert main([*args, "--out", str(tmp_path / "bad")]) == 2
     assert "job.name: expected text matching" in capsys.readouterr().err
 
 
 def test_example_imports_the_library_by_its_installed_name_only():
-    source = (EXAMPLE / "__main__.py").read_text()
+    source = (TEAM_EXAMPLE / "__main__.py").read_text()
     assert "from ai_storage_platform." in source
     assert "import components" not in source and "from components" not in source
-    assert (EXAMPLE / "requirements.txt").read_text().splitlines()[-1] == "../.."
+    assert (TEAM_EXAMPLE / "requirements.txt").read_text().splitlines()[-1] == "../.."
