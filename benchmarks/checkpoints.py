@@ -224,17 +224,7 @@ def ranks(mounts: list[Path], shard_bytes: int, repeat: int) -> dict:
 def endpoint_ceiling(s3: harness.S3Handle, total_bytes: int, repeat: int, uploads: int) -> float:
     """MB/s of PUTting ``total_bytes`` straight to the S3 endpoint as 4 MiB objects (JuiceFS's block size),
     ``uploads`` at a time: what JuiceFS writers on this machine can reach at most, however many there are."""
-    import boto3
-    from botocore.config import Config
-
-    client = boto3.client(
-        "s3",
-        endpoint_url=s3.endpoint,
-        aws_access_key_id=s3.access_key,
-        aws_secret_access_key=s3.secret_key,
-        region_name="us-east-1",
-        config=Config(max_pool_connections=uploads),
-    )
+    client = s3.client(connections=uploads)
     block = np.random.default_rng(0).bytes(4 * MIB)
     samples = []
     for run in range(repeat):

@@ -334,8 +334,10 @@ class S3Handle:
     def endpoint(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def client(self):
+    def client(self, connections: int = 10):
+        """A boto3 S3 client of the endpoint, pooling up to ``connections`` connections (botocore's default 10)."""
         import boto3
+        from botocore.config import Config
 
         return boto3.client(
             "s3",
@@ -343,6 +345,7 @@ class S3Handle:
             aws_access_key_id=self.access_key,
             aws_secret_access_key=self.secret_key,
             region_name="us-east-1",
+            config=Config(max_pool_connections=connections),
         )
 
     def object_bytes(self, prefix: str = "") -> int:
