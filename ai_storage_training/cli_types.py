@@ -9,11 +9,9 @@ these types: an argument with a new type needs its row in that test's table.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import os
 import re
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,19 +165,3 @@ class Number:
         if not self.minimum <= value <= self.maximum:
             raise _refuse(expected, text, "out of range")
         return value
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` completely or not at all: a hidden temporary file beside it, fsynced, then
-    renamed over ``path``; on any failure the temporary file is removed and ``path`` is left as it was."""
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-        raise

@@ -183,13 +183,19 @@ def sync_tree(root: Path, *, checksum: bool = True, rank: int = 0) -> dict[str, 
 
 
 def write_atomically(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path``: a temporary hidden name, fsynced, renamed, the directory fsynced."""
+    """Write ``data`` to ``path`` completely or not at all: a temporary hidden name beside it, fsynced, renamed
+    over ``path``, the directory fsynced; on a failure before the rename the temporary file is removed and
+    ``path`` is left as it was."""
     temporary = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:12]}"
-    with open(temporary, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.rename(temporary, path)
+    try:
+        with open(temporary, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
     fsync_dir(path.parent)
 
 

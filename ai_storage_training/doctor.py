@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from . import cli
-from .cli_types import Directory, Integer, Number, OutputFile, write_atomically
-from .commit import VERIFY_MODES
+from .cli_types import Directory, Integer, Number, OutputFile
+from .commit import VERIFY_MODES, write_atomically
 from .doctor_checkpoints import findings as checkpoint_findings
 from .doctor_checkpoints import inspect
 from .doctor_juicefs import JUICEFS_FSTYPE, juicefs_state, mount_of
@@ -134,6 +134,6 @@ def run(args: argparse.Namespace) -> int:
         stale_minutes=args.stale_minutes,
     )
     if args.json:
-        write_atomically(args.json, json.dumps(report, indent=1) + "\n")
+        write_atomically(args.json, (json.dumps(report, indent=1) + "\n").encode())
     print(summary(report))
     return cli.EXIT_CHECK_FAILED if report["status"] == "critical" else cli.EXIT_OK

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ai_storage_training import cli, cli_types
+from ai_storage_training import cli, cli_types, commit
 from ai_storage_training.__main__ import SUBCOMMANDS
 
 PARSER = cli.build_parser(SUBCOMMANDS)
@@ -251,13 +251,13 @@ def test_an_output_file_is_written_completely_or_not_at_all(tmp_path, monkeypatc
     target = tmp_path / "report.json"
     target.write_text("the previous report\n")
 
-    def failing_replace(source, destination):
+    def failing_rename(source, destination):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(cli_types.os, "replace", failing_replace)
+    monkeypatch.setattr(commit.os, "rename", failing_rename)
     with pytest.raises(OSError):
-        cli_types.write_atomically(target, "a new report\n")
+        commit.write_atomically(target, b"a new report\n")
     assert target.read_text() == "the previous report\n" and tree(tmp_path) == ["report.json"]
     monkeypatch.undo()
-    cli_types.write_atomically(target, "a new report\n")
+    commit.write_atomically(target, b"a new report\n")
     assert target.read_text() == "a new report\n" and tree(tmp_path) == ["report.json"]
