@@ -20,8 +20,7 @@ from components import fluid_dataset, juicefs, tenants
 from components.backends.metadata_engines import redis
 from components.backends.object_stores import ceph_rgw
 from components.toolchain import mock_engine, render
-from tests.conftest import STACKS, stack_file
-from tests.unit.test_team import EXAMPLE
+from tests.conftest import STACKS, TEAM_EXAMPLE, stack_file
 
 # The platform's secrets live in these Secrets (in the platform's own namespaces): the JuiceFS volume Secret and
 # the client's environment (metadata URL with its password, the volume's bucket keys), Redis' config (password),
@@ -181,7 +180,7 @@ def test_the_team_example_holds_no_platform_secret_and_reads_no_platform_output(
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(mock_engine.PlatformMocks, "new_resource", recording)
-        result = render.rendering(stack, render.run(stack, root=EXAMPLE, stack_outputs=outputs))
+        result = render.rendering(stack, render.run(stack, root=TEAM_EXAMPLE, stack_outputs=outputs))
     assert read and "pulumi:pulumi:StackReference" not in read
     objects = render_objects(result)
     assert objects and {o["metadata"]["namespace"] for o in objects} <= team_namespaces(dev)
