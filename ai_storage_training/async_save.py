@@ -1,15 +1,20 @@
-"""Asynchronous checkpoint saves: the job blocks only while its state is copied to host memory.
+"""Asynchronous checkpoint saves: the job blocks only until its state is copied to host memory.
 
 ``AsyncCheckpointer(manager)`` wraps a CheckpointManager. ``save(step, buffers)`` copies the buffers (a dict of
 file name -> bytes, memoryview or numpy array) into host memory and returns a Future; the manager's save (write,
 fsync, validation, commit, retention) runs in a background thread. For PyTorch, ``save_dcp(step, state_dict)``
-calls ``torch.distributed.checkpoint.async_save`` with the manager's DCP storage writer (DCP stages the state to
-CPU memory, then writes in its own thread) and tracks its future the same way.
+calls ``torch.distributed.checkpoint.async_save`` with the manager's DCP storage writer and one DCP stager per
+in-flight slot, made once and reused (``dcp.make_stager``: host buffers allocated once, pinned under CUDA), and
+returns once the staged copy is complete: nothing the job changes afterwards reaches the checkpoint. With
+``overlap=True`` the copy runs beside the job's next forward and backward pass instead; :meth:`protect` attaches
+the guard that waits for it before the optimizer's step (and a module's forward) can change a tensor.
 
 At most ``max_in_flight`` saves run at once; a save requested at the limit first waits for the oldest one. The
-time the job blocks per request (that wait plus the copy) goes to ``ai_storage_checkpoint_blocked_seconds``.
-A save that fails in the background is raised to the job as :class:`CheckpointSaveError` at its next ``save``,
-``wait`` or ``close`` (each failure once); ``close()`` (or leaving the ``with`` block) waits for every save.
+time the job blocks per request (that wait, the copy, and with ``overlap`` the guard's wait for it) goes to
+``ai_storage_checkpoint_blocked_seconds``. A step already in flight or committed is refused when it is requested.
+A save that fails in the background is raised to the job as :class:`CheckpointSaveError` (its message starts with
+the cause) at its next ``save``, ``wait`` or ``close`` (each failure once); ``close()`` (or leaving the ``with``
+block) waits for every save.
 """
 
 from __future__ import annotations
@@ -21,10 +26,12 @@ import weakref
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from . import layout, metrics
+from .commit import read_marker
 from .lag import LAG, CheckpointLag
 
 log = logging.getLogger(__name__)
@@ -60,23 +67,38 @@ def _write_files(copies: dict[str, bytes]) -> Callable[[Path], None]:
 
 class AsyncCheckpointer:
     """Background saves through ``manager``, at most ``max_in_flight`` at once. ``durable=False`` when the
-    manager's directory is a local landing directory: the promoter then reports the steps durable."""
+    manager's directory is a local landing directory: the promoter then reports the steps durable. ``overlap``:
+    ``save_dcp`` returns while its staging copy runs (the job attaches :meth:`protect` first)."""
 
-    def __init__(self, manager: Any, max_in_flight: int = 1, *, durable: bool = True, lag: CheckpointLag = LAG):
+    def __init__(
+        self,
+        manager: Any,
+        max_in_flight: int = 1,
+        *,
+        durable: bool = True,
+        lag: CheckpointLag = LAG,
+        overlap: bool = False,
+    ):
         if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
             raise ValueError(
                 f"max_in_flight: expected a positive integer (1 = one save at a time); got {max_in_flight!r}"
             )
+        if not isinstance(overlap, bool):
+            raise ValueError(f"overlap: expected True or False; got {overlap!r}")
         self.manager = manager
         self.max_in_flight = max_in_flight
         self.durable = durable
         self.lag = lag
+        self.overlap = overlap
         self.on_saved: list[Callable[[int], object]] = []
         """Called with the step after each successful save (the promoter registers here)."""
         self._pool = ThreadPoolExecutor(max_workers=max_in_flight, thread_name_prefix="checkpoint-save")
         self._lock = threading.Lock()
         self._tracked: list[tuple[int, Future]] = []  # every save whose outcome the job has not been told
         self._settled: weakref.WeakSet[Future] = weakref.WeakSet()  # outcomes already counted (lag, on_saved)
+        self._slots: list[_Slot] = []  # save_dcp's stagers, one per save that may be in flight
+        self._staging: list[tuple[Future, float]] = []  # overlapped staging copies: (done when staged, blocked so far)
+        self._guarded = False
         self._closed = False
 
     def save(self, step: int, buffers: Mapping[str, Any]) -> Future:
@@ -88,27 +110,86 @@ class AsyncCheckpointer:
         started = self._admit(step)
         copies = {name: memoryview(buffers[name]).tobytes() for name in names}  # the job may change them now
         future = self._pool.submit(self.manager.save, step, _write_files(copies))
-        return self._track(step, future, started)
+        self._track(step, future)
+        metrics.BLOCKED_SECONDS.observe(time.monotonic() - started)
+        return future
 
     def save_dcp(self, step: int, state_dict: dict[str, Any], **async_save_kwargs: Any) -> Future:
-        """``torch.distributed.checkpoint.async_save(state_dict, storage_writer=manager.writer(step), ...)``,
-        tracked like :meth:`save` (every rank calls it; the writer commits the step once, on the coordinator)."""
+        """``torch.distributed.checkpoint.async_save(state_dict, storage_writer=manager.writer(step), ...)`` with
+        this checkpointer's stager for the slot (or ``async_stager=`` of the caller's own), tracked like
+        :meth:`save` (every rank calls it; the writer commits the step once, on the coordinator). Returns once the
+        state is staged (with ``overlap``: once staging started); the Future is done when the step is saved."""
         from torch.distributed.checkpoint import async_save
 
+        from .dcp import make_stager, sync_device
+
+        if self.overlap and not self._guarded:
+            raise ValueError(
+                "overlap: the staging copy runs while the job trains on; attach the guard first: "
+                "checkpointer.protect(optimizer, model)"
+            )
         started = self._admit(step)
-        response = async_save(state_dict, storage_writer=self.manager.writer(step), **async_save_kwargs)
-        future = response if isinstance(response, Future) else response.upload_completion  # a custom stager
-        return self._track(step, future, started)
+        slot = self._free_slot()
+        stager = async_save_kwargs.pop("async_stager", None)
+        if stager is None:
+            if slot.stager is None or not slot.reusable:
+                slot.close()
+                slot.stager, slot.reusable = make_stager(self.overlap)
+            stager = slot.stager
+        if self.overlap:
+            sync_device()  # the staging copy runs on a stream of its own: the job's queued kernels finish first
+        response = async_save(
+            state_dict, storage_writer=self.manager.writer(step), async_stager=stager, **async_save_kwargs
+        )
+        if isinstance(response, Future):
+            upload, staged = response, None
+        else:  # an AsyncSaveResponse: the staging copy may still be running
+            upload, staged = response.upload_completion, response.staging_completion
+        slot.upload = upload
+        self._track(step, upload)
+        if staged is not None and self.overlap:
+            with self._lock:
+                self._staging.append((staged, time.monotonic() - started))
+            return upload
+        if staged is not None:
+            wait_futures([staged])  # never torn: the job may change its tensors only once they are copied
+        metrics.BLOCKED_SECONDS.observe(time.monotonic() - started)
+        return upload
+
+    def protect(self, optimizer: Any = None, *modules: Any) -> list[Any]:
+        """Attach the guard of ``overlap``: the optimizer's step (``register_step_pre_hook``) and each module's
+        forward (``register_forward_pre_hook``, for buffers such as BatchNorm's) first wait for the staging copy
+        in flight. Returns the hooks' handles (``handle.remove()`` detaches one)."""
+        handles = []
+        if optimizer is not None:
+            handles.append(optimizer.register_step_pre_hook(lambda *_: self.wait_staged()))
+        handles += [module.register_forward_pre_hook(lambda *_: self.wait_staged()) for module in modules]
+        if not handles:
+            raise ValueError("protect: expected the optimizer and/or modules whose tensors the checkpoint holds")
+        self._guarded = True
+        return handles
+
+    def wait_staged(self) -> None:
+        """Return once no staging copy is in flight: from here the job may change its tensors. The wait counts in
+        ``ai_storage_checkpoint_blocked_seconds`` with the save's own call."""
+        with self._lock:
+            pending, self._staging = self._staging, []
+        for staged, blocked in pending:
+            waited = time.monotonic()
+            wait_futures([staged])  # a staging failure fails the upload too: raised like any background failure
+            metrics.BLOCKED_SECONDS.observe(blocked + time.monotonic() - waited)
 
     def wait(self) -> None:
         """Wait for every save in flight; raise the first failure not yet raised."""
+        self.wait_staged()
         with self._lock:
             pending = [future for _, future in self._tracked]
         wait_futures(pending)
         self._raise_failure()
 
     def close(self) -> None:
-        """Wait for every save in flight, stop the background thread, raise a failure not yet raised."""
+        """Wait for every save in flight, stop the background thread and the stagers, raise a failure not yet
+        raised."""
         if self._closed:
             return
         try:
@@ -116,6 +197,8 @@ class AsyncCheckpointer:
         finally:
             self._closed = True
             self._pool.shutdown(wait=True)
+            for slot in self._slots:
+                slot.close()
 
     def __enter__(self) -> AsyncCheckpointer:
         return self
@@ -130,14 +213,16 @@ class AsyncCheckpointer:
             log.error("%s", failure)
 
     def _admit(self, step: int) -> float:
-        """Refuse bad steps and a closed checkpointer, raise a background failure, then wait for a free slot;
-        return when the request started."""
+        """Refuse bad steps, a step in flight or committed, and a closed checkpointer, raise a background failure,
+        then wait for a free slot; return when the request started."""
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ValueError(f"step: expected a non-negative integer; got {step!r}")
         if self._closed:
             raise RuntimeError("AsyncCheckpointer: save after close(); make a new one")
         started = time.monotonic()
+        self.wait_staged()
         self._raise_failure()
+        self._refuse_known(step)
         self.lag.requested(step)
         while True:
             with self._lock:
@@ -146,13 +231,32 @@ class AsyncCheckpointer:
                     return started
             wait_futures(pending, return_when=FIRST_COMPLETED)
 
-    def _track(self, step: int, future: Future, started: float) -> Future:
+    def _refuse_known(self, step: int) -> None:
+        """A save of ``step`` in flight, or ``step`` committed, is refused here: saved twice, both saves would
+        share one staging directory and fail."""
+        with self._lock:
+            if any(known == step and not future.done() for known, future in self._tracked):
+                raise ValueError(f"step {step}: a save of this step is already in flight; save each step once")
+        final_path = getattr(self.manager, "final_path", None)
+        if final_path is not None and read_marker(final_path(step)) is not None:
+            raise FileExistsError(
+                f"step {step}: already committed in {final_path(step).parent}; save a newer step "
+                "(or retire this one first: manager.rollback_to)"
+            )
+
+    def _free_slot(self) -> _Slot:
+        """A stager slot whose last save is done (there is one: the in-flight limit was waited for)."""
+        for slot in self._slots:
+            if slot.upload is None or slot.upload.done():
+                return slot
+        self._slots.append(_Slot())
+        return self._slots[-1]
+
+    def _track(self, step: int, future: Future) -> None:
         with self._lock:
             self._tracked.append((step, future))
         self.lag.accepted(step)
-        metrics.BLOCKED_SECONDS.observe(time.monotonic() - started)
         future.add_done_callback(lambda done: self._finished(step, done))
-        return future
 
     def _finished(self, step: int, future: Future) -> None:
         """Settle a done save once (the done callback and _raise_failure both call this): the lag is updated
@@ -167,7 +271,7 @@ class AsyncCheckpointer:
             elif self.durable:
                 self.lag.durable(step)
         if error is not None:
-            log.error("checkpoint step %d failed in the background: %s", step, error)
+            log.error("checkpoint step %d failed in the background: %s", step, cause(error))
             return
         for callback in self.on_saved:
             callback(step)
@@ -192,4 +296,30 @@ class AsyncCheckpointer:
             self._tracked = keep
         if first is not None:
             step, error = first
-            raise CheckpointSaveError(f"checkpoint step {step} failed in the background: {error}") from error
+            raise CheckpointSaveError(f"{cause(error)} (checkpoint step {step}, saved in the background)") from error
+
+
+@dataclass
+class _Slot:
+    """One in-flight save's DCP stager (made once and reused when ``reusable``) and the save that uses it."""
+
+    stager: Any = None
+    reusable: bool = True
+    upload: Future | None = None
+
+    def close(self) -> None:
+        if self.stager is not None:
+            self.stager.close()
+            self.stager = None
+
+
+def cause(error: BaseException) -> str:
+    """``Type: message`` of what made a save fail: the first failed rank's own exception for DCP's
+    ``CheckpointException`` (whose text begins with the ranks and tracebacks), else ``error`` itself."""
+    failures = getattr(error, "failures", None)
+    if isinstance(failures, dict) and failures:
+        rank, failure = min(failures.items(), key=lambda item: item[0])
+        inner = failure[0] if isinstance(failure, tuple) else failure
+        if isinstance(inner, BaseException):
+            return f"{type(inner).__name__}: {inner} (rank {rank})"
+    return f"{type(error).__name__}: {error}"

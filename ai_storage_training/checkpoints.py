@@ -197,15 +197,16 @@ class CheckpointManager(CheckpointStore):
             ranks.publish_resume(self.directory, self.run_id, leased[0].step if leased else None)
         return leased
 
-    def _choose(self, step: int | None, timeout: float) -> tuple[Checkpoint, int] | None:
-        """The coordinator's choice: the newest step (or ``step``) that validates, leased; refused ones set aside."""
+    def _choose(self, step: int | None, timeout: float, verify: str | None = None) -> tuple[Checkpoint, int] | None:
+        """The coordinator's choice: the newest step (or ``step``) that validates (``verify``, default the
+        manager's), leased; refused ones set aside."""
         leased, tried = None, set()
         while leased is None:
             found = [c for c, _ in self._committed() if (step is None or c.step == step) and c.step not in tried]
             if not found:
                 break
             tried.add(found[-1].step)  # a refused step another process holds stays in place: not tried twice
-            leased = self._lease_step(found[-1].step, timeout, verify=self.verify, refuse=True)
+            leased = self._lease_step(found[-1].step, timeout, verify=verify or self.verify, refuse=True)
             if leased is None and step is not None:
                 raise CheckpointInvalidError(f"checkpoint of step {step} in {self.directory} was refused (see log)")
         return leased
@@ -284,12 +285,14 @@ class CheckpointManager(CheckpointStore):
 
         return ManagedWriter(self, step, **options)
 
-    def reader(self, step: int | None = None, *, rollback: bool = False) -> ManagedReader | None:
+    def reader(self, step: int | None = None, *, rollback: bool = False, require: bool = False) -> ManagedReader | None:
         """A ``torch.distributed.checkpoint`` storage reader of the newest checkpoint that validates (or ``step``),
-        leased until its data is read; None when there is nothing to resume from. ``rollback`` as in :meth:`load`."""
+        leased until its data is read, verifying each item as it reads it; None when there is nothing to resume
+        from (``require`` raises FileNotFoundError instead). ``rollback`` as in :meth:`load`. ``dcp.restore``
+        loads through it and falls back past a step refused while reading."""
         from .dcp import open_reader
 
-        return open_reader(self, step, rollback=rollback)
+        return open_reader(self, step, rollback=rollback, require=require)
 
 
 def _copy_one(source: Path, staging: Path, name: str, expected: FileRecord) -> str | None:

@@ -229,7 +229,12 @@ def is_complete(path: Path) -> bool:
 
 
 def problems(path: Path, marker: Marker, verify: str = "crc32c") -> list[str]:
-    """What differs between checkpoint ``path`` and its marker: one line per file (missing, size, CRC32C)."""
+    """What differs between checkpoint ``path`` and its marker: one line per file (missing, size, CRC32C).
+    ``verify="items"`` reads only the files no items file covers (their reader verifies each item it reads)."""
+    covered: set[str] = set()
+    if verify == "items":
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):  # unreadable: its CRC32C says why
+            covered = set(item_records(path, marker))
 
     def check(item: tuple[str, FileRecord]) -> str | None:
         name, expected = item
@@ -237,7 +242,7 @@ def problems(path: Path, marker: Marker, verify: str = "crc32c") -> list[str]:
             size = (path / name).stat().st_size
             if size != expected.size:
                 return f"{name}: {size} bytes, the marker says {expected.size}"
-            if verify == "crc32c" and expected.crc32c is not None:
+            if verify in ("crc32c", "items") and expected.crc32c is not None and name not in covered:
                 actual = crc32c_file(path / name).crc32c
                 if actual != expected.crc32c:
                     return f"{name}: CRC32C {actual:08x}, the marker says {expected.crc32c:08x}"
@@ -247,6 +252,27 @@ def problems(path: Path, marker: Marker, verify: str = "crc32c") -> list[str]:
 
     with ThreadPoolExecutor(max_workers=SYNC_WORKERS) as pool:
         return [line for line in pool.map(check, sorted(marker.files.items())) if line]
+
+
+def item_records(path: Path, marker: Marker) -> dict[str, dict[int, tuple[int, int]]]:
+    """The item checksums of checkpoint ``path``: file -> offset -> (length, CRC32C), from each items file
+    (``layout.item_checksums``) its marker lists. OSError or ValueError when one is unreadable."""
+    found: dict[str, dict[int, tuple[int, int]]] = {}
+    for name in sorted(marker.files):
+        if name.endswith(layout.ITEMS_SUFFIX):
+            document = json.loads((path / name).read_text())
+            for file, items in document["files"].items():
+                found[str(file)] = {int(offset): (int(length), int(crc, 16)) for offset, length, crc in items}
+    return found
+
+
+def write_item_records(path: Path, items: dict[str, dict[int, tuple[int, int]]]) -> None:
+    """Write an items file (file -> offset -> (length, CRC32C)), atomically."""
+    files = {
+        name: [[offset, length, f"{crc:08x}"] for offset, (length, crc) in sorted(ranges.items())]
+        for name, ranges in sorted(items.items())
+    }
+    write_json_atomically(path, {"format": 1, "files": files})
 
 
 def lock(path: Path, *, shared: bool) -> int | None:

@@ -10,6 +10,8 @@ Under a checkpoint directory::
     .refused/step-00000030.<time> a checkpoint a restore refused (failed validation), kept for inspection
     .retired/step-00000040.<time> a checkpoint a rollback abandoned (the newest ``keep`` are kept)
     step-00000010/                a promoted checkpoint: the job's files, then ``COMPLETE`` written last
+      __0.items.json              (DCP) the size and CRC32C of each item rank 0 wrote, by file and offset: a
+                                  restore verifies each item as it reads it, so every byte is read once
 
 A checkpoint counts only when its ``COMPLETE`` marker is there. Standard library only: the platform's
 components import this module.
@@ -31,6 +33,9 @@ STEP_PREFIX = "step-"
 STEP_DIGITS = 8
 STEP_GLOB = f"{STEP_PREFIX}*"
 """Shell glob of promoted checkpoint directories (hidden staging and lock files never match it)."""
+
+ITEMS_SUFFIX = ".items.json"
+"""Files (``__<rank>.items.json``) listing the size and CRC32C of each byte range (item) of other files."""
 
 _STEP = re.compile(rf"^{STEP_PREFIX}(\d{{{STEP_DIGITS},}})$")
 _STAGING = re.compile(rf"^\.{STEP_PREFIX}(\d{{{STEP_DIGITS},}})\.tmp-([0-9A-Za-z_-]+)$")
@@ -56,6 +61,11 @@ def rank_dir(rank: int) -> str:
 def rank_manifest(rank: int) -> str:
     """The hidden manifest a rank writes (fsynced) into the staging directory once its files are durable."""
     return f".rank-{rank:05d}.json"
+
+
+def item_checksums(rank: int) -> str:
+    """The file listing the CRC32C of each item ``rank`` wrote (DCP)."""
+    return f"__{rank}{ITEMS_SUFFIX}"
 
 
 def resume_file(run_id: str) -> str:

@@ -13,6 +13,7 @@ from torch.distributed.checkpoint.api import CheckpointException  # noqa: E402
 
 from ai_storage_training import CheckpointManager, layout  # noqa: E402
 from ai_storage_training.commit import read_marker  # noqa: E402
+from ai_storage_training.dcp import restore  # noqa: E402
 from tests.training import dcp_job  # noqa: E402
 
 
@@ -79,9 +80,8 @@ def test_dcp_saves_and_restores_are_measured_and_a_refusal_counted(tmp_path):
     data = shard.read_bytes()
     shard.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
     refusals = sample("ai_storage_checkpoint_validation_failures_total")
-    reader = manager.reader()
-    assert reader is not None and reader.checkpoint.step == 1
-    dcp.load({"model": model.state_dict()}, storage_reader=reader)
+    checkpoint = restore(manager, {"model": model.state_dict()})  # step 2 refused while read, step 1 loaded
+    assert checkpoint is not None and checkpoint.step == 1
     assert sample("ai_storage_checkpoint_validation_failures_total") == refusals + 1
     assert sample("ai_storage_checkpoint_restore_seconds_count") == restores + 1
 
