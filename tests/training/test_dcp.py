@@ -3,6 +3,9 @@ forkserver that preloaded torch), saving with ``dcp.async_save`` into the manage
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+
 import pytest
 from prometheus_client import REGISTRY
 
@@ -11,7 +14,7 @@ torch = pytest.importorskip("torch")
 import torch.distributed.checkpoint as dcp  # noqa: E402
 from torch.distributed.checkpoint.api import CheckpointException  # noqa: E402
 
-from ai_storage_training import CheckpointManager, layout  # noqa: E402
+from ai_storage_training import CheckpointInvalidError, CheckpointManager, commit, layout  # noqa: E402
 from ai_storage_training.commit import read_marker  # noqa: E402
 from ai_storage_training.dcp import restore  # noqa: E402
 from tests.training import dcp_job  # noqa: E402
@@ -95,3 +98,56 @@ def test_the_writer_and_reader_refuse_what_would_bypass_the_manager(tmp_path):
     with pytest.raises(ValueError, match="checkpoint_id: the manager names the directory"):
         dcp.save({"x": torch.zeros(1)}, checkpoint_id=tmp_path / "elsewhere", storage_writer=manager.writer(1))
     assert manager.reader() is None and not (tmp_path / "elsewhere").exists()
+
+
+def test_a_restore_reads_each_byte_of_the_data_once_and_still_refuses_a_flipped_one(tmp_path, monkeypatch):
+    """The data files are verified item by item as DCP reads them, never read whole beforehand; only the small
+    files (.metadata, the items files) are checked before the load."""
+    manager = CheckpointManager(tmp_path, keep=None)
+    model, _ = dcp_job.make()
+    for step in (1, 2):
+        dcp.save({"model": model.state_dict(), "n": {"step": step}}, storage_writer=manager.writer(step))
+    read_whole: list[str] = []
+    summed = commit.crc32c_file
+    monkeypatch.setattr(commit, "crc32c_file", lambda path: read_whole.append(Path(path).name) or summed(path))
+    state = {"model": dcp_job.make()[0].state_dict(), "n": {"step": -1}}
+    assert restore(manager, state).step == 2 and state["n"]["step"] == 2
+    assert sorted(read_whole) == [".metadata", "__0.items.json"]  # no .distcp read before DCP's own read
+    shard = tmp_path / layout.step_dir(2) / "__0_0.distcp"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    shard.write_bytes(bytes(data))
+    assert restore(manager, state).step == 1 and state["n"]["step"] == 1  # refused while read, fell back
+    assert [p.name.split(".")[0] for p in (tmp_path / layout.REFUSED).iterdir()] == ["step-00000002"]
+
+
+def test_a_step_refused_while_loading_with_no_older_one_says_the_state_is_partly_loaded(tmp_path):
+    manager = CheckpointManager(tmp_path, keep=None)
+    model, _ = dcp_job.make()
+    dcp.save({"model": model.state_dict()}, storage_writer=manager.writer(1))
+    shard = tmp_path / layout.step_dir(1) / "__0_0.distcp"
+    data = bytearray(shard.read_bytes())
+    data[-10] ^= 0x01
+    shard.write_bytes(bytes(data))
+    with pytest.raises(CheckpointInvalidError, match=r"step 1 .* refused while loading .*partly loaded"):
+        restore(manager, {"model": dcp_job.make()[0].state_dict()})
+
+
+def test_no_checkpoint_is_said_once_naming_the_directory_and_can_be_required(tmp_path, monkeypatch, caplog):
+    missing, empty = tmp_path / "typo", tmp_path / "empty"
+    empty.mkdir()
+    state = {"model": dcp_job.make()[0].state_dict()}
+    with caplog.at_level(logging.WARNING, logger="ai_storage_training.dcp"):
+        assert restore(CheckpointManager(missing), state) is None
+        assert restore(CheckpointManager(empty), state) is None
+    said = [r.getMessage() for r in caplog.records if r.name == "ai_storage_training.dcp"]
+    assert said == [
+        f"no checkpoint to resume from: {missing} does not exist; starting from the beginning",
+        f"no checkpoint to resume from: {empty} exists but holds no committed checkpoint; starting from the beginning",
+    ]
+    with pytest.raises(FileNotFoundError, match=rf"^no checkpoint to resume from: {missing} does not exist .*mounted"):
+        restore(CheckpointManager(missing), state, require=True)
+    monkeypatch.setenv("AI_STORAGE_REQUIRE_CHECKPOINT", "1")
+    with pytest.raises(FileNotFoundError, match=rf"{empty} exists but holds no committed checkpoint"):
+        CheckpointManager(empty).reader()
+    assert not missing.exists()  # nothing created by looking
