@@ -1,8 +1,12 @@
 """The team's training entry point (the job runs it as /app/train.py in its image, under torchrun): a small PyTorch
-model trained with AdamW, DDP over gloo when there is no GPU, checkpointed asynchronously through
-torch.distributed.checkpoint (DCP) and the training library: model, optimizer, step, and every rank's RNG state
-and data position. It resumes from the newest checkpoint that validates, so a job killed at any moment goes on
-from there.
+model trained with AdamW under DDP, checkpointed asynchronously through torch.distributed.checkpoint (DCP) and the
+training library: model, optimizer, step, and every rank's RNG states and data position. It resumes from the
+newest checkpoint that validates, so a job killed at any moment goes on from there ($AI_STORAGE_REQUIRE_CHECKPOINT=1:
+fail instead of starting over when there is none, e.g. an unmounted volume).
+
+On a GPU node each rank trains on cuda:$LOCAL_RANK (model, optimizer state, batches from pinned host memory),
+with NCCL for CUDA tensors and gloo for CPU ones in one process group ("cpu:gloo,cuda:nccl"), and a gloo group of
+its own for the checkpoint saves; without CUDA it is the same job on the CPU over gloo.
 
 Checkpoints go to --checkpoint-dir (default $AI_STORAGE_CHECKPOINT_DIR); with $AI_STORAGE_CHECKPOINT_LOCAL_DIR
 (a node-local volume of the hot tier) and all ranks on one node, they land there and rank 0 promotes them to the
@@ -30,7 +34,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.nn.parallel import DistributedDataParallel
 from torchdata.stateful_dataloader import StatefulDataLoader
@@ -38,6 +41,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from ai_storage_training import lag, metrics, promotion
 from ai_storage_training.async_save import AsyncCheckpointer
 from ai_storage_training.datasets import ShardDataset
+from ai_storage_training.dcp import restore
 from ai_storage_training.manifest import DIR_VARIABLE
 
 FEATURES, BATCH = 16, 8
@@ -74,32 +78,40 @@ class DataPosition:
 
 
 def training_state(model, optimizer, step: int, rank: int, position: DataPosition) -> dict:
-    """What a checkpoint holds: DCP's model and optimizer state dicts, the step, this rank's RNG state and data
-    position (per rank: the keys name the rank, so DCP keeps every rank's own)."""
+    """What a checkpoint holds: DCP's model and optimizer state dicts, the step, this rank's RNG states (the CPU's,
+    and its GPU's under CUDA) and data position (per rank: the keys name the rank, so DCP keeps every rank's own)."""
     model_state, optim_state = get_state_dict(model, optimizer)
-    return {
+    state = {
         "model": model_state,
         "optim": optim_state,
         "train": {"step": step},
         f"rng-{rank}": torch.get_rng_state(),
         f"data-{rank}": position,
     }
+    if torch.cuda.is_available():
+        state[f"cuda-rng-{rank}"] = torch.cuda.get_rng_state()
+    return state
 
 
 def resume(landing, durable, model, optimizer, rank: int, position: DataPosition) -> int:
     """Load the newest checkpoint that validates, a local one first (promotion.restore_manager, decided by rank 0
-    for every rank); return its step (0 on a first start)."""
+    for every rank), each item verified as it is read; return its step (0 on a first start)."""
     local = None if landing is durable else landing
     use_local = [rank == 0 and local is not None and promotion.restore_manager(local, durable) is local]
     if dist.is_initialized():
         dist.broadcast_object_list(use_local, src=0)
-    reader = (landing if use_local[0] else durable).reader()
-    if reader is None:
+    state: dict[str, Any] = {}
+
+    def loadable() -> dict[str, Any]:  # made only when there is a checkpoint (get_state_dict fills AdamW's state)
+        state.update(training_state(model, optimizer, -1, rank, position))
+        return state
+
+    if restore(landing if use_local[0] else durable, loadable) is None:  # and position.load_state_dict
         return 0
-    state = training_state(model, optimizer, -1, rank, position)
-    dcp.load(state, storage_reader=reader)  # and position.load_state_dict
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     torch.set_rng_state(state[f"rng-{rank}"])
+    if torch.cuda.is_available():
+        torch.cuda.set_rng_state(state[f"cuda-rng-{rank}"])
     return int(state["train"]["step"])
 
 
@@ -158,12 +170,14 @@ def open_dataset(parser: argparse.ArgumentParser, args: argparse.Namespace) -> S
 def train(args: argparse.Namespace, trained, optimizer, position: DataPosition, step: int, save) -> tuple[int, float]:
     """Train from ``step`` to --steps, epoch after epoch (a resumed loader first finishes its epoch), calling
     ``save(step)`` every --save-every steps; return the last step and loss."""
+    device = next(trained.parameters()).device
     loss = torch.zeros(())
     while step < args.steps:
         args.dataset.set_epoch(position.epoch)
-        for keys, inputs in position.loader:
+        for keys, batch in position.loader:
             step += 1
             position.trained_on(keys)
+            inputs = batch.to(device, non_blocking=True)  # from pinned memory under CUDA
             noisy = inputs + 0.01 * torch.randn_like(inputs)  # uses the RNG: a resume must restore it
             loss = torch.nn.functional.mse_loss(trained(noisy), inputs.mean(dim=1, keepdim=True))
             loss.backward()
@@ -182,8 +196,12 @@ def train(args: argparse.Namespace, trained, optimizer, position: DataPosition, 
 def main() -> None:
     args = parse()
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1:
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)  # one GPU per rank: NCCL refuses two ranks on one device
+    if world > 1:  # NCCL for the training's CUDA tensors, gloo for CPU ones (DCP's objects, the loader's state)
+        dist.init_process_group("cpu:gloo,cuda:nccl" if cuda else "gloo")
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
         metrics.serve()  # one endpoint per pod, on $AI_STORAGE_METRICS_PORT (9095): the PodMonitor scrapes it
     one_node = int(os.environ.get("LOCAL_WORLD_SIZE", world)) == world  # a landing directory is per node
@@ -192,7 +210,7 @@ def main() -> None:
     )
 
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(FEATURES, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    model = torch.nn.Sequential(torch.nn.Linear(FEATURES, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     # Its own generator: the loader's draws (its workers' seeds) leave the training's RNG alone. Workers start from
     # a fork server, not by forking this process: its checkpoint, promotion and metrics threads may hold a lock at
@@ -204,6 +222,7 @@ def main() -> None:
         generator=torch.Generator().manual_seed(0),
         multiprocessing_context="forkserver" if args.workers else None,
         persistent_workers=args.workers > 0,  # started once, not at every epoch
+        pin_memory=cuda,  # batches copied to the GPU without blocking
     )
     position = DataPosition(loader)
     step = resume(landing, durable, model, optimizer, rank, position)
@@ -211,7 +230,7 @@ def main() -> None:
         print(f"rank {rank}: resumed at step {step}, epoch {position.epoch}, samples {position.samples}", flush=True)
     if (newest := durable.latest()) is not None:
         lag.LAG.durable(newest.step)  # the lag gauges count from the restore point the job already has
-    trained = DistributedDataParallel(model) if world > 1 else model
+    trained = DistributedDataParallel(model, device_ids=[device] if cuda else None) if world > 1 else model
     saves = dist.new_group(backend="gloo") if world > 1 else None  # async saves talk beside the training
 
     checkpointer = AsyncCheckpointer(landing, max_in_flight=args.max_in_flight, durable=promoter is None)
@@ -226,7 +245,7 @@ def main() -> None:
         step, loss = train(args, trained, optimizer, position, step, save)
     if promoter is not None and rank == 0:
         promoter.close()  # the last landed checkpoint is durable before the job ends
-    digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()[:16]
+    digest = hashlib.sha256(b"".join(p.detach().cpu().numpy().tobytes() for p in model.parameters())).hexdigest()[:16]
     print(
         f"rank {rank}: step {step}, loss {loss:.6f}, params {digest}, "
         f"samples {position.samples}, keys {position.keys[:16]}",

@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -47,11 +48,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def command(data: Path, checkpoints: Path, ranks: int, *args: str) -> list[str]:
+def command(data: Path, checkpoints: Path, ranks: int, *args: str, logs: Path | None = None) -> list[str]:
+    """The job's command line; with several ranks under torchrun, each rank's output into a file of its own under
+    ``logs`` (``<logs>/<run>/attempt_0/<rank>/stdout.log``): ranks sharing one pipe can interleave their lines."""
     launcher = [sys.executable]
     if ranks > 1:
         launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
+        launcher += [f"--log-dir={logs}", "--redirects=3"] if logs is not None else []
     return [*launcher, str(TRAIN), f"--data={data}", f"--checkpoint-dir={checkpoints}", *args]
+
+
+def rank_outputs(logs: Path, ranks: int) -> list[str]:
+    """Each rank's own stdout (torchrun's per-rank log files), rank 0 first."""
+    outputs = []
+    for rank in range(ranks):
+        found = sorted(logs.glob(f"*/attempt_*/{rank}/stdout.log"))
+        assert len(found) == 1, (rank, found)
+        outputs.append(found[0].read_text())
+    return outputs
 
 
 def environment(port: int, **extra: str) -> dict[str, str]:
@@ -68,17 +82,24 @@ def environment(port: int, **extra: str) -> dict[str, str]:
 def train(data: Path, checkpoints: Path, *args: str, ranks: int = 1, **env: str) -> dict[int, tuple]:
     """Run the job to its end; {rank: (step, params digest, samples trained on, digest of their keys)}, and
     {rank: (step, epoch, samples)} where it resumed under the key "resumed"."""
+    logs = Path(tempfile.mkdtemp(prefix="ranks-", dir=checkpoints.parent if checkpoints.parent.exists() else None))
     proc = subprocess.run(
-        command(data, checkpoints, ranks, *args),
+        command(data, checkpoints, ranks, *args, logs=logs),
         capture_output=True,
         text=True,
         timeout=300,
         env=environment(free_port(), **env),
         check=False,
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    ends = {int(r): (int(s), params, int(n), keys) for r, s, params, n, keys in LINE.findall(proc.stdout)}
-    return ends, {int(r): (int(s), int(e), int(n)) for r, s, e, n in RESUMED.findall(proc.stdout)}
+    outputs = rank_outputs(logs, ranks) if ranks > 1 and proc.returncode == 0 else [proc.stdout]
+    assert proc.returncode == 0, proc.stdout + proc.stderr + "".join(
+        p.read_text() for p in sorted(logs.glob("*/attempt_*/*/std*.log"))
+    )
+    ends, where = {}, {}
+    for output in outputs:  # one rank's lines each (one output without torchrun)
+        ends |= {int(r): (int(s), params, int(n), keys) for r, s, params, n, keys in LINE.findall(output)}
+        where |= {int(r): (int(s), int(e), int(n)) for r, s, e, n in RESUMED.findall(output)}
+    return ends, where
 
 
 def raw_samples(directory: Path, count: int) -> Path:
