@@ -4,7 +4,7 @@
 file name -> bytes, memoryview or numpy array) into host memory and returns a Future; the manager's save (write,
 fsync, validation, commit, retention) runs in a background thread. For PyTorch, ``save_dcp(step, state_dict)``
 calls ``torch.distributed.checkpoint.async_save`` with the manager's DCP storage writer and one DCP stager per
-in-flight slot, made once and reused (``dcp.make_stager``: host buffers allocated once, pinned under CUDA), and
+in-flight slot, made once and reused (``staging.make_stager``: host buffers allocated once, pinned under CUDA), and
 returns once the staged copy is complete: nothing the job changes afterwards reaches the checkpoint. With
 ``overlap=True`` the copy runs beside the job's next forward and backward pass instead; :meth:`protect` attaches
 the guard that waits for it before the optimizer's step (and a module's forward) can change a tensor.
@@ -121,7 +121,7 @@ class AsyncCheckpointer:
         state is staged (with ``overlap``: once staging started); the Future is done when the step is saved."""
         from torch.distributed.checkpoint import async_save
 
-        from .dcp import make_stager, sync_device
+        from .staging import make_stager, sync_device
 
         if self.overlap and not self._guarded:
             raise ValueError(

@@ -57,7 +57,8 @@ from .commit import unlock as _unlock
 from .store import Checkpoint, CheckpointStore, _check_int
 
 if TYPE_CHECKING:
-    from .dcp import ManagedReader, ManagedWriter
+    from .dcp import ManagedWriter
+    from .dcp_reader import ManagedReader
 
 __all__ = ["Checkpoint", "CheckpointBusyError", "CheckpointInvalidError", "CheckpointManager", "is_complete"]
 
@@ -288,9 +289,9 @@ class CheckpointManager(CheckpointStore):
     def reader(self, step: int | None = None, *, rollback: bool = False, require: bool = False) -> ManagedReader | None:
         """A ``torch.distributed.checkpoint`` storage reader of the newest checkpoint that validates (or ``step``),
         leased until its data is read, verifying each item as it reads it; None when there is nothing to resume
-        from (``require`` raises FileNotFoundError instead). ``rollback`` as in :meth:`load`. ``dcp.restore``
+        from (``require`` raises FileNotFoundError instead). ``rollback`` as in :meth:`load`. ``dcp_reader.restore``
         loads through it and falls back past a step refused while reading."""
-        from .dcp import open_reader
+        from .dcp_reader import open_reader
 
         return open_reader(self, step, rollback=rollback, require=require)
 

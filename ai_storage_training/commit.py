@@ -43,6 +43,8 @@ SYNC_WORKERS = 16
 """Files fsynced (or checksummed) at once: on JuiceFS each fsync uploads the file's blocks."""
 CHUNK = 8 * 1024 * 1024
 VERIFY_MODES = ("crc32c", "size")
+Items = dict[str, dict[int, tuple[int, int]]]
+"""Item checksums: file -> offset -> (length, CRC32C) of each byte range written as one item."""
 STALE_ENTRY_ERRORS = (errno.EPERM, errno.ENOENT, errno.ESTALE)
 """What opening a lock file through a cached entry of a file another client removed fails with."""
 STALE_ENTRY_SECONDS = 10.0
@@ -254,10 +256,10 @@ def problems(path: Path, marker: Marker, verify: str = "crc32c") -> list[str]:
         return [line for line in pool.map(check, sorted(marker.files.items())) if line]
 
 
-def item_records(path: Path, marker: Marker) -> dict[str, dict[int, tuple[int, int]]]:
+def item_records(path: Path, marker: Marker) -> Items:
     """The item checksums of checkpoint ``path``: file -> offset -> (length, CRC32C), from each items file
     (``layout.item_checksums``) its marker lists. OSError or ValueError when one is unreadable."""
-    found: dict[str, dict[int, tuple[int, int]]] = {}
+    found: Items = {}
     for name in sorted(marker.files):
         if name.endswith(layout.ITEMS_SUFFIX):
             document = json.loads((path / name).read_text())
@@ -266,7 +268,7 @@ def item_records(path: Path, marker: Marker) -> dict[str, dict[int, tuple[int, i
     return found
 
 
-def write_item_records(path: Path, items: dict[str, dict[int, tuple[int, int]]]) -> None:
+def write_item_records(path: Path, items: Items) -> None:
     """Write an items file (file -> offset -> (length, CRC32C)), atomically."""
     files = {
         name: [[offset, length, f"{crc:08x}"] for offset, (length, crc) in sorted(ranges.items())]

@@ -137,10 +137,10 @@ def test_no_checkpoint_is_said_once_naming_the_directory_and_can_be_required(tmp
     missing, empty = tmp_path / "typo", tmp_path / "empty"
     empty.mkdir()
     state = {"model": dcp_job.make()[0].state_dict()}
-    with caplog.at_level(logging.WARNING, logger="ai_storage_training.dcp"):
+    with caplog.at_level(logging.WARNING, logger="ai_storage_training.dcp_reader"):
         assert restore(CheckpointManager(missing), state) is None
         assert restore(CheckpointManager(empty), state) is None
-    said = [r.getMessage() for r in caplog.records if r.name == "ai_storage_training.dcp"]
+    said = [r.getMessage() for r in caplog.records if r.name == "ai_storage_training.dcp_reader"]
     assert said == [
         f"no checkpoint to resume from: {missing} does not exist; starting from the beginning",
         f"no checkpoint to resume from: {empty} exists but holds no committed checkpoint; starting from the beginning",

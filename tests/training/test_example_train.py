@@ -92,8 +92,8 @@ def train(data: Path, checkpoints: Path, *args: str, ranks: int = 1, **env: str)
         check=False,
     )
     outputs = rank_outputs(logs, ranks) if ranks > 1 and proc.returncode == 0 else [proc.stdout]
-    assert proc.returncode == 0, proc.stdout + proc.stderr + "".join(
-        p.read_text() for p in sorted(logs.glob("*/attempt_*/*/std*.log"))
+    assert proc.returncode == 0, (
+        proc.stdout + proc.stderr + "".join(p.read_text() for p in sorted(logs.glob("*/attempt_*/*/std*.log")))
     )
     ends, where = {}, {}
     for output in outputs:  # one rank's lines each (one output without torchrun)

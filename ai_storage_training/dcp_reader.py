@@ -1,0 +1,211 @@
+"""Loading a checkpoint through PyTorch DCP: the leased, verifying storage reader and :func:`restore`.
+
+Rank 0 chooses the newest checkpoint whose files have their sizes and whose small files (``.metadata``, the items
+files, any file no items file covers) validate, refusing and setting aside the others, and broadcasts its step;
+every rank leases it until its data is read and verifies each item's CRC32C as it reads it, so every byte is read
+once. :func:`restore` is the load a job calls: an item that fails its check refuses the step and the load starts
+again from the newest step that validates, so the state never stays partly loaded from a refused step without an
+error saying so. Resharding (saved on N ranks, loaded on M) works as in DCP.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import IO, TYPE_CHECKING, Any
+
+import crc32c
+import torch.distributed as dist
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint import load as dcp_load
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.filesystem import _StorageInfo
+from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner
+from torch.futures import Future
+
+from . import metrics
+from .commit import CheckpointInvalidError, Items, item_records, read_marker
+from .commit import unlock as _unlock
+from .dcp_ranks import join
+
+if TYPE_CHECKING:
+    from .checkpoints import Checkpoint, CheckpointManager
+
+log = logging.getLogger(__name__)
+
+REQUIRE_VARIABLE = "AI_STORAGE_REQUIRE_CHECKPOINT"
+"""Set to 1: :func:`restore` fails when there is no checkpoint to resume from (an unmounted volume, a typo)."""
+
+
+class ManagedReader(FileSystemReader):
+    """A DCP storage reader of one checkpoint, leased until :meth:`read_data` is done (or :meth:`release`).
+    ``checkpoint`` says which step it is. Each item is read once and checked against its CRC32C as it is read
+    (``verify_items``: the manager's ``verify`` is ``"crc32c"``); a mismatch raises CheckpointInvalidError."""
+
+    def __init__(self, manager: CheckpointManager, checkpoint: Checkpoint, fd: int):
+        super().__init__(checkpoint.path)
+        self.manager, self.checkpoint = manager, checkpoint
+        self._fd: int | None = fd
+        self._started = time.monotonic()
+        self.verify_items = manager.verify == "crc32c"
+        self.refused = False
+        self.items: Items = {}
+        if self.verify_items:
+            marker = read_marker(checkpoint.path)
+            try:
+                self.items = item_records(checkpoint.path, marker) if marker is not None else {}
+            except (OSError, ValueError, KeyError, TypeError) as error:
+                self.release()
+                problem = f"{checkpoint.path}: its item checksums are unreadable: {error}"
+                raise CheckpointInvalidError(problem) from error
+
+    def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
+        if checkpoint_id:
+            raise ValueError("checkpoint_id: the manager chooses the checkpoint; pass only storage_reader=")
+        super().reset(None)
+
+    def _slice_file(self, file: Any, sinfo: _StorageInfo) -> IO[bytes]:
+        """The item's bytes, read once and checked against their CRC32C (files no items file covers were
+        checked whole when the step was chosen)."""
+        expected = self.items.get(sinfo.relative_path, {}).get(sinfo.offset) if self.verify_items else None
+        if expected is None:
+            return super()._slice_file(file, sinfo)
+        file.seek(sinfo.offset)
+        data = file.read(sinfo.length)
+        actual = (len(data), crc32c.crc32c(data))
+        if actual != expected:
+            self.refused = True  # counted where the step is refused (restore), not as a restore
+            raise CheckpointInvalidError(
+                f"{self.checkpoint.path / sinfo.relative_path}: the item at offset {sinfo.offset} has "
+                f"{actual[0]} bytes with CRC32C {actual[1]:08x}; written: {expected[0]} bytes, {expected[1]:08x}"
+            )
+        return io.BytesIO(data)
+
+    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
+        try:
+            return super().read_data(plan, planner)
+        finally:
+            self.release()
+
+    def __del__(self) -> None:  # a dcp.load that failed before reading: the lease ends with the reader
+        self.release()
+
+    def __enter__(self) -> ManagedReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """End the lease (retention may delete the checkpoint afterwards)."""
+        if self._fd is not None:
+            _unlock(self.manager._lock_path(self.checkpoint.step), self._fd)
+            self._fd = None
+            if not self.refused:
+                metrics.RESTORE_SECONDS.observe(time.monotonic() - self._started)
+
+
+def open_reader(
+    manager: CheckpointManager,
+    step: int | None,
+    *,
+    rollback: bool = False,
+    timeout: float = 30.0,
+    require: bool = False,
+) -> ManagedReader | None:
+    """Rank 0 chooses (validates, refuses, falls back; with ``rollback`` retires newer steps) and broadcasts the
+    step; every rank leases it. None on every rank when there is nothing to resume from (logged once, naming the
+    directory and whether it exists); ``require`` (or ``$AI_STORAGE_REQUIRE_CHECKPOINT=1``) raises instead."""
+    join(manager)
+    distributed = manager.world_size > 1
+    leased: tuple[Checkpoint, int] | None = None
+    decision: object = None
+    if manager.is_coordinator:
+        try:
+            verify = "items" if manager.verify == "crc32c" else manager.verify  # items: checked while read
+            leased = manager._choose(step, timeout, verify=verify)
+            if leased is not None and rollback:
+                manager.rollback_to(leased[0].step)
+            decision = leased[0].step if leased else None
+        except Exception as error:
+            decision = error
+            if not distributed:
+                raise
+    if distributed:
+        shared: list[object] = [decision]
+        dist.broadcast_object_list(shared, src=0)
+        decision = shared[0]
+    if isinstance(decision, Exception):
+        raise decision
+    if not isinstance(decision, int):
+        _nothing_to_resume(manager, require)
+        return None
+    if leased is None:
+        leased = manager._lease_step(decision, timeout, verify="size")  # rank 0 validated it
+    return None if leased is None else ManagedReader(manager, *leased)
+
+
+def _nothing_to_resume(manager: CheckpointManager, require: bool) -> None:
+    """Say once (rank 0) that there is no checkpoint, and why that may be; raise when one is required."""
+    directory = manager.directory
+    why = "exists but holds no committed checkpoint" if directory.is_dir() else "does not exist"
+    required = require or os.environ.get(REQUIRE_VARIABLE, "") not in ("", "0")
+    if required:
+        raise FileNotFoundError(
+            f"no checkpoint to resume from: {directory} {why} (a checkpoint is required: require=True or "
+            f"${REQUIRE_VARIABLE}=1); is the volume mounted at that path?"
+        )
+    if manager.is_coordinator:
+        log.warning("no checkpoint to resume from: %s %s; starting from the beginning", directory, why)
+
+
+def restore(
+    manager: CheckpointManager,
+    state_dict: dict[str, Any] | Callable[[], dict[str, Any]],
+    *,
+    step: int | None = None,
+    rollback: bool = False,
+    require: bool = False,
+    **load_kwargs: Any,
+) -> Checkpoint | None:
+    """``dcp.load(state_dict, storage_reader=manager.reader(...))`` on every rank; returns the checkpoint loaded,
+    or None when there is nothing to resume from (``require`` raises then). An item found corrupt while reading
+    refuses the step (moved to ``.refused/``) and the load starts again from the newest step that validates, which
+    overwrites everything the refused one had loaded; with ``step`` given, or no older step left,
+    CheckpointInvalidError says the state is partly loaded. ``state_dict`` may be a function making it, called
+    once there is a checkpoint to load (DCP's ``get_state_dict`` initializes an optimizer's empty state)."""
+    loaded_from: int | None = None
+    while True:
+        reader = open_reader(manager, step, rollback=rollback, require=require and loaded_from is None)
+        if reader is None:
+            if loaded_from is not None:
+                raise CheckpointInvalidError(
+                    f"step {loaded_from} in {manager.directory} was refused while loading and no older step "
+                    "validates: the state dict is partly loaded from the refused step; start from a fresh state"
+                )
+            return None
+        checkpoint = reader.checkpoint
+        if callable(state_dict):
+            state_dict = state_dict()
+        try:
+            dcp_load(state_dict, storage_reader=reader, **load_kwargs)
+            return checkpoint
+        except CheckpointException as error:
+            invalid = [f[0] for f in error.failures.values() if isinstance(f[0], CheckpointInvalidError)]
+            if not invalid:
+                raise
+            found = [str(failure) for failure in invalid]
+        finally:
+            reader.release()
+        if manager.is_coordinator:
+            manager._refuse(checkpoint, found)
+        if step is not None:
+            raise CheckpointInvalidError(
+                f"checkpoint of step {step} in {manager.directory} was refused while loading (the state dict is "
+                f"partly loaded from it): {'; '.join(found)}"
+            )
+        log.warning("step %d refused while loading; loading the newest step that validates", checkpoint.step)
+        loaded_from = checkpoint.step
