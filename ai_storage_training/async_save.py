@@ -85,6 +85,10 @@ class AsyncCheckpointer:
             )
         if not isinstance(overlap, bool):
             raise ValueError(f"overlap: expected True or False; got {overlap!r}")
+        if overlap:
+            from .staging import check_overlap
+
+            check_overlap()
         self.manager = manager
         self.max_in_flight = max_in_flight
         self.durable = durable
@@ -132,9 +136,8 @@ class AsyncCheckpointer:
         slot = self._free_slot()
         stager = async_save_kwargs.pop("async_stager", None)
         if stager is None:
-            if slot.stager is None or not slot.reusable:
-                slot.close()
-                slot.stager, slot.reusable = make_stager(self.overlap)
+            if slot.stager is None:
+                slot.stager = make_stager(self.overlap)
             stager = slot.stager
         if self.overlap:
             sync_device()  # the staging copy runs on a stream of its own: the job's queued kernels finish first
@@ -301,10 +304,9 @@ class AsyncCheckpointer:
 
 @dataclass
 class _Slot:
-    """One in-flight save's DCP stager (made once and reused when ``reusable``) and the save that uses it."""
+    """One in-flight save's DCP stager (made once, reused) and the save that uses it."""
 
     stager: Any = None
-    reusable: bool = True
     upload: Future | None = None
 
     def close(self) -> None:

@@ -63,7 +63,7 @@ if TYPE_CHECKING:  # the manager imports this module when asked for a DCP writer
 
 METADATA = ".metadata"
 """DCP's global plan, written by the coordinator."""
-WRITER_THREADS = 1
+WRITER_THREADS = 8
 """DCP writer threads per rank (``thread_count``): see docs/training.md for the measurement behind it."""
 
 

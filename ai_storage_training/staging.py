@@ -13,28 +13,36 @@ from typing import Any
 
 import torch
 from torch.distributed._state_dict_utils import CompanionMismatch
-from torch.distributed.checkpoint._state_dict_stager import StateDictStager
 from torch.distributed.checkpoint.staging import AsyncStager, BlockingAsyncStager, DefaultStager, StagingOptions
 
 
-def make_stager(overlap: bool) -> tuple[AsyncStager, bool]:
-    """The DCP stager of one in-flight save, and whether it may be reused. ``overlap``: DCP's ``DefaultStager``
-    staging in a thread (on a CUDA stream of its own, into pinned memory, when CUDA is present). Else, with CUDA:
-    DCP's cached pinned staging (``BlockingAsyncStager(cache_staged_state_dict=True)``: pinned buffers allocated
-    at the first save, reused; a save blocks for one device-to-host copy); without CUDA a blocking
-    ``DefaultStager`` (its CPU copies allocated once). A ``DefaultStager`` is made anew for each save where this
-    torch cannot stage twice with one (``KeyError: <class 'type'>`` in torch 2.11)."""
+def make_stager(overlap: bool) -> AsyncStager:
+    """The DCP stager of one in-flight save, made once and reused. ``overlap``: DCP's ``DefaultStager`` staging in
+    its thread (on a CUDA stream of its own, into pinned memory, when CUDA is present; :func:`check_overlap` refuses
+    a torch where it fails). Else, with CUDA: DCP's cached pinned staging (``BlockingAsyncStager(
+    cache_staged_state_dict=True)``: pinned buffers allocated at the first save, reused; a save blocks for one
+    device-to-host copy); without CUDA a blocking ``DefaultStager`` (its CPU copies allocated once), or where it
+    fails a ``BlockingAsyncStager`` (a new CPU copy per save)."""
     cuda = torch.cuda.is_available()
-    if overlap or not cuda:
-        options = StagingOptions(
-            use_pinned_memory=cuda, use_shared_memory=False, use_async_staging=overlap, use_non_blocking_copy=cuda
+    if overlap:
+        return DefaultStager(StagingOptions(cuda, False, True, cuda))  # pinned, not shared, async, non-blocking
+    if cuda:
+        return _PinnedStager()
+    return DefaultStager(StagingOptions(False, False, False, False)) if DEFAULT_STAGER_WORKS else BlockingAsyncStager()
+
+
+DEFAULT_STAGER_WORKS = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13)
+"""DCP's DefaultStager staged a model's and its AdamW's state in torch 2.13 (the CPU build the tests run); in torch
+2.11 it failed with ``KeyError: <class 'type'>`` (on an H200, benchmarks/results/checkpoint_staging-h200.json)."""
+
+
+def check_overlap() -> None:
+    """ValueError naming the torch version where ``overlap`` (DCP's DefaultStager) cannot work."""
+    if not DEFAULT_STAGER_WORKS:
+        raise ValueError(
+            f"overlap: DCP's DefaultStager in torch {torch.__version__} fails to stage a model's and optimizer's "
+            "state (KeyError: <class 'type'>); use overlap=False (blocking, pinned staging) or torch 2.13 or newer"
         )
-        return DefaultStager(options), _REUSABLE_DEFAULT_STAGER
-    return _PinnedStager(), True
-
-
-_REUSABLE_DEFAULT_STAGER = type in getattr(StateDictStager(), "_deepcopy_dispatch", {})
-"""torch 2.11's DefaultStager fails its second stage (it copies ``type`` objects through a dispatch missing it)."""
 
 
 class _PinnedStager(BlockingAsyncStager):

@@ -13,8 +13,8 @@ present, else on the CPU. Saves go to ``--dir`` (a local disk or the tier under 
 2. torn: right after each way of saving returns, the optimizer steps (every tensor changes in place); the committed
    checkpoint is restored and compared with the state at the save (target: 0 tensors differ), for the library's
    stager, ``async_stager=DefaultStager(async staging)`` through ``save_dcp``, and ``overlap`` with the guard.
-3. durable: from the request until the step is committed (the library's writer: DCP with ``thread_count`` 1, 2,
-   4 and 8, CRC32C, fsyncs, the commit) over ``dd ... conv=fsync`` writing as many bytes to the same directory
+3. durable: from the request until the step is committed (the library's writer: DCP with ``thread_count`` 1, 4
+   and 8, CRC32C, fsyncs, the commit) over ``dd ... conv=fsync`` writing as many bytes to the same directory
    (target: at most 1.3x).
 4. restore: the library's validated ``dcp.restore`` (each item checked as it is read) over a plain ``dcp.load``
    with ``FileSystemReader`` of the same checkpoint, page cache dropped before each (target: at most 1.15x;
@@ -55,7 +55,7 @@ from ai_storage_training.lag import CheckpointLag  # noqa: E402
 
 MIB = 1024 * 1024
 TARGETS = {"blocked": 1.5, "durable": 1.3, "restore": 1.15}
-THREADS = (1, 2, 4, 8)
+THREADS = (1, 4, 8)
 
 
 def median(samples: list[float]) -> float:
@@ -129,20 +129,28 @@ def blocked(job: Job, root: Path, repeat: int) -> dict:
     with AsyncCheckpointer(manager, lag=CheckpointLag()) as checkpointer:
         first = timed(lambda: checkpointer.save_dcp(0, job.state()))  # allocates (and pins) the buffers
         figures["library_save_dcp"] = saves(repeat, lambda i: checkpointer.save_dcp(i + 1, job.state()))
-    overlap_call, overlap_wait = [], []
-    with AsyncCheckpointer(CheckpointManager(root / "overlap", keep=1), lag=CheckpointLag(), overlap=True) as c:
-        c.protect(job.optimizer, job.model)
-        for i in range(repeat + 1):
-            overlap_call.append(timed(lambda i=i: c.save_dcp(i, job.state())))
-            overlap_wait.append(timed(c.wait_staged))  # what the guard makes the next step wait
-            c.wait()
-    result = {name: median(samples[1:]) for name, samples in figures.items()}
-    result |= {"library_first_save": round(first, 4), "overlap_call": median(overlap_call[1:])}
-    result["overlap_guard_wait"] = median(overlap_wait[1:])
+    result = {name: median(samples[1:]) for name, samples in figures.items()} | {"library_first_save": round(first, 4)}
+    result |= overlapped(job, root, repeat)
     result["ratio_library"] = round(result["library_save_dcp"] / result["limit"], 2)
     result["target"] = TARGETS["blocked"]
     result["met"] = result["ratio_library"] <= TARGETS["blocked"]
     return result
+
+
+def overlapped(job: Job, root: Path, repeat: int) -> dict:
+    """``overlap``: how long save_dcp's call blocks, then what the guard makes the next step wait for the copy."""
+    calls, waits = [], []
+    try:
+        checkpointer = AsyncCheckpointer(CheckpointManager(root / "overlap", keep=1), lag=CheckpointLag(), overlap=True)
+    except ValueError as error:  # a torch whose DefaultStager cannot stage this state
+        return {"overlap_error": str(error)[:300]}
+    with checkpointer:
+        checkpointer.protect(job.optimizer, job.model)
+        for i in range(repeat + 1):
+            calls.append(timed(lambda i=i: checkpointer.save_dcp(i, job.state())))
+            waits.append(timed(checkpointer.wait_staged))  # what the guard makes the next step wait
+            checkpointer.wait()
+    return {"overlap_call": median(calls[1:]), "overlap_guard_wait": median(waits[1:])}
 
 
 def reset(writer: FileSystemWriter, path: Path) -> FileSystemWriter:
@@ -299,10 +307,10 @@ def main() -> None:
             results[part] = parts[part](job, root, args.repeat) if part != "torn" else torn(job, root)
             results[part]["seconds"] = round(time.perf_counter() - started, 1)
             print(part, json.dumps(results[part]), flush=True)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(results, indent=2) + "\n")  # after each part: a run cut short keeps the rest
     finally:
         shutil.rmtree(root, ignore_errors=True)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {out}")
 
 

@@ -224,6 +224,7 @@ def main() -> None:
         persistent_workers=args.workers > 0,  # started once, not at every epoch
         pin_memory=cuda,  # batches copied to the GPU without blocking
     )
+    print(f"rank {rank}: training on {device}", flush=True)
     position = DataPosition(loader)
     step = resume(landing, durable, model, optimizer, rank, position)
     if step:

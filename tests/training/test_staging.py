@@ -85,7 +85,7 @@ def test_every_tensor_changed_right_after_save_dcp_returns_stays_out_of_the_chec
 
 
 def test_overlap_returns_before_the_copy_and_the_guard_waits_for_it_before_the_step(tmp_path, monkeypatch):
-    monkeypatch.setattr(staging, "make_stager", lambda overlap: (slow_stager(), True))
+    monkeypatch.setattr(staging, "make_stager", lambda overlap: slow_stager())
     manager = CheckpointManager(tmp_path, keep=None)
     model, optimizer = trained()
     expected = snapshot(model, optimizer)
@@ -106,7 +106,7 @@ def test_overlap_returns_before_the_copy_and_the_guard_waits_for_it_before_the_s
 
 def test_without_the_guard_an_overlapped_save_is_torn(tmp_path, monkeypatch):
     """What the guard prevents (and what save_dcp did with an async stager before it waited for staging)."""
-    monkeypatch.setattr(staging, "make_stager", lambda overlap: (slow_stager(), True))
+    monkeypatch.setattr(staging, "make_stager", lambda overlap: slow_stager())
     manager = CheckpointManager(tmp_path, keep=None)
     model, optimizer = trained()
     expected = snapshot(model, optimizer)
