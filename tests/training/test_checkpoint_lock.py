@@ -72,9 +72,10 @@ def test_a_lock_file_unlinked_and_recreated_under_a_waiting_process_is_not_its_l
 
     def flock(fd: int, operation: int) -> None:
         path = Path(os.readlink(f"/proc/self/fd/{fd}"))
-        if not readers and path.parent == run and path.name.startswith(".") and not operation & fcntl.LOCK_UN:
-            # Paused between opening the step's lock file and locking it: a process leases the checkpoint and
-            # releases it (the last holder removes the lock file), then a reader leases it again (a new file).
+        if not readers and path == run / layout.lock_file(1) and operation & fcntl.LOCK_EX:
+            # Retention, paused between opening step 1's lock file and locking it to delete the step: a process
+            # leases the checkpoint and releases it (the last holder removes the lock file), then a reader leases
+            # it again (a new file). Only step 1's exclusive lock: the one that guards the deletion.
             release(lease(run, 1))
             readers.append(lease(run, 1))
         real_flock(fd, operation)
@@ -83,7 +84,7 @@ def test_a_lock_file_unlinked_and_recreated_under_a_waiting_process_is_not_its_l
     try:
         deleted = CheckpointManager(run, keep=1).retain()
         monkeypatch.undo()
-        assert readers, "retention never locked a hidden lock file in the run directory (test out of date?)"
+        assert readers, "retention never locked step 1's lock file to delete it (test out of date?)"
         assert deleted == [], "retention deleted a checkpoint that another process is reading"
         assert [c.step for c in CheckpointManager(run, keep=None).checkpoints()] == [1, 2]
     finally:

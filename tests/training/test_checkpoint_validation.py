@@ -13,6 +13,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from ai_storage_training import CheckpointInvalidError, CheckpointManager, layout
+from tests.training.test_checkpoint_lock import lease, release
 
 REFUSALS = "ai_storage_checkpoint_validation_failures_total"
 
@@ -212,3 +213,20 @@ def test_a_refused_step_another_process_holds_stays_in_place_and_is_skipped(tmp_
         os.close(held)
     assert "left in place: another process holds its lock" in caplog.text
     assert (tmp_path / layout.step_dir(2)).exists()
+
+
+def test_retention_keeps_the_older_valid_step_when_the_newer_one_is_leased_elsewhere_and_corrupt(tmp_path, caplog):
+    """The case the guard exists for: step 2 is being read by another process (so it cannot be moved aside) and
+    its bytes went bad after that process validated it. Retention with keep=1 would delete step 1, the only step
+    that validates; it refuses step 2 (left in place, logged and counted) and keeps step 1."""
+    CheckpointManager(tmp_path, keep=None).save(1, writer(b"good" * 16))
+    CheckpointManager(tmp_path, keep=None).save(2, writer(b"soon" * 16))
+    reader = lease(tmp_path, 2)
+    try:
+        flip(tmp_path / layout.step_dir(2) / "model.bin")  # corrupted while another process reads it
+        with caplog.at_level(logging.WARNING):
+            assert CheckpointManager(tmp_path, keep=1).retain() == []
+        assert [c.step for c in CheckpointManager(tmp_path).checkpoints()] == [1, 2]
+        assert "model.bin: CRC32C" in caplog.text and "left in place: another process holds its lock" in caplog.text
+    finally:
+        release(reader)
