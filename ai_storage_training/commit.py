@@ -30,6 +30,7 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -230,16 +231,25 @@ def is_complete(path: Path) -> bool:
     return marker is not None and not problems(path, marker, verify="size")
 
 
-def problems(path: Path, marker: Marker, verify: str = "crc32c") -> list[str]:
+def problems(
+    path: Path, marker: Marker, verify: str = "crc32c", on_file: Callable[[int], object] | None = None
+) -> list[str]:
     """What differs between checkpoint ``path`` and its marker: one line per file (missing, size, CRC32C).
-    ``verify="items"`` reads only the files no items file covers (their reader verifies each item it reads)."""
+    ``verify="items"`` reads only the files no items file covers (their reader verifies each item it reads).
+    ``on_file(size)`` is called as each file is checked (progress)."""
     covered: set[str] = set()
     if verify == "items":
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):  # unreadable: its CRC32C says why
             covered = set(item_records(path, marker))
 
     def check(item: tuple[str, FileRecord]) -> str | None:
-        name, expected = item
+        try:
+            return compare(*item)
+        finally:
+            if on_file is not None:
+                on_file(item[1].size)
+
+    def compare(name: str, expected: FileRecord) -> str | None:
         try:
             size = (path / name).stat().st_size
             if size != expected.size:

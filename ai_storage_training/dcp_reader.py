@@ -15,7 +15,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 import crc32c
 import torch.distributed as dist
@@ -91,7 +91,7 @@ class ManagedReader(FileSystemReader):
                 f"{self.checkpoint.path / sinfo.relative_path}: the item at offset {sinfo.offset} has "
                 f"{actual[0]} bytes with CRC32C {actual[1]:08x}; written: {expected[0]} bytes, {expected[1]:08x}"
             )
-        return _MemoryFile(view)  # torch.load reads it into the tensor's storage (readinto): no copy between
+        return cast(IO[bytes], _MemoryFile(view))  # torch.load reads it into the tensor's storage (readinto): no copy between
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
         try:

@@ -20,8 +20,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from . import manifest as mf
-from .cli_types import Directory, File, Name, Number, OutputDirectory
+from .cli_types import Directory, File, Integer, Name, Number, OutputDirectory
 from .commit import SummedStream, fsync_dir
+from .progress import Progress
 
 DEFAULT_SHARD_MIB = 64
 TAR_BLOCK = 512
@@ -62,22 +63,35 @@ def _clean(target: Path) -> None:
             p.unlink()
 
 
-def _batches(items: Iterator[tuple[str, dict[str, Path]]], shard_bytes: int) -> Iterator[list]:
-    """Consecutive samples grouped into shards of about ``shard_bytes`` of tar (at least one sample each)."""
-    batch: list[tuple[str, dict[str, Path]]] = []
-    size = 0
-    for key, members in items:
-        grows = sum(TAR_BLOCK + -(-p.stat().st_size // TAR_BLOCK) * TAR_BLOCK for p in members.values())
-        if batch and size + grows > shard_bytes:
-            yield batch
-            batch, size = [], 0
-        batch.append((key, members))
-        size += grows
-    if batch:
-        yield batch
+def _tar_bytes(members: dict[str, Path]) -> int:
+    """A sample's size in the tar: a header block and the data rounded up to blocks, per member."""
+    return sum(TAR_BLOCK + -(-p.stat().st_size // TAR_BLOCK) * TAR_BLOCK for p in members.values())
 
 
-def _write_shard(webdataset, target: Path, index: int, batch: list[tuple[str, dict[str, Path]]]) -> mf.Shard:
+def _batches(items: list[tuple[str, dict[str, Path]]], shard_bytes: int, readers: int) -> list[list]:
+    """Consecutive samples in shards of equal sample counts (the first ones one more where they do not divide):
+    as many shards as about ``shard_bytes`` of tar each makes, rounded up to a multiple of ``readers`` (ranks x
+    DataLoader workers), so every reader gets as many shards and even shares drop at most one sample per shard."""
+    total = sum(_tar_bytes(members) for _, members in items)
+    count = max(1, -(-total // shard_bytes))
+    count = -(-count // readers) * readers
+    if count > len(items):
+        raise mf.DatasetError(
+            f"--readers: {readers} readers need at least {count} shards of one sample or more; the source has "
+            f"{len(items)} samples (pack for fewer readers)"
+        )
+    each, extra = divmod(len(items), count)
+    batches, start = [], 0
+    for index in range(count):
+        end = start + each + (index < extra)
+        batches.append(items[start:end])
+        start = end
+    return batches
+
+
+def _write_shard(
+    webdataset, target: Path, index: int, batch: list[tuple[str, dict[str, Path]]], progress: Progress
+) -> mf.Shard:
     """One shard with webdataset's TarWriter, under a hidden name, fsynced, then renamed into place."""
     name = f"shard-{index:06d}.tar"
     with open(target / f".{name}.tmp", "wb") as f:
@@ -85,6 +99,7 @@ def _write_shard(webdataset, target: Path, index: int, batch: list[tuple[str, di
         writer = webdataset.TarWriter(stream, encoder=False, mtime=0)
         for key, members in batch:
             writer.write({"__key__": key, **{ext: path.read_bytes() for ext, path in members.items()}})
+            progress.add()
         writer.close()
         f.flush()
         os.fsync(f.fileno())
@@ -100,9 +115,11 @@ def pack(
     *,
     files: Iterable[str] | None = None,
     shard_bytes: int = DEFAULT_SHARD_MIB * 1024 * 1024,
+    readers: int = 1,
 ) -> mf.Manifest:
-    """Pack ``source`` into ``root/dataset/version/``; return the published manifest. Raises
-    :class:`PublishedError` when that version is already published."""
+    """Pack ``source`` into ``root/dataset/version/`` for ``readers`` (ranks x DataLoader workers, see
+    ``_batches``); return the published manifest. Raises :class:`PublishedError` when that version is already
+    published, DatasetError when the source has fewer samples than the shards the readers need."""
     import webdataset
 
     for what, name in (("dataset", dataset), ("version", version)):
@@ -118,11 +135,15 @@ def pack(
         if (target / mf.MANIFEST).exists():
             raise PublishedError(f"{target}: version {version} of {dataset} is published (immutable); pack a new one")
         _clean(target)
-        shards = [
-            _write_shard(webdataset, target, i, b) for i, b in enumerate(_batches(samples(source, files), shard_bytes))
-        ]
-        if not shards:
+        items = list(samples(source, files))
+        if not items:
             raise mf.DatasetError(f"{source}: no files to pack")
+        progress = Progress("pack", len(items), "samples")
+        shards = [
+            _write_shard(webdataset, target, i, b, progress)
+            for i, b in enumerate(_batches(items, shard_bytes, readers))
+        ]
+        progress.close()
         fsync_dir(target)
         raw = mf.to_json(dataset, version, shards)
         mf.publish(target, raw)
@@ -140,6 +161,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("--files-from", type=File("a list of paths"), help="paths to pack, relative to SOURCE, one a line")
     p.add_argument("--shard-mib", type=Number(0.01, 65536), default=DEFAULT_SHARD_MIB, help="target shard size in MiB")
+    p.add_argument(
+        "--readers",
+        type=Integer(1, 1_000_000),
+        default=1,
+        help="ranks x DataLoader workers that will read the version: the shard count is a multiple of it",
+    )
     p.set_defaults(run=run)
     return p
 
@@ -148,7 +175,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         files = args.files_from.read_text().splitlines() if args.files_from else None
         result = pack(
-            args.source, args.root, args.dataset, args.version, files=files, shard_bytes=int(args.shard_mib * 2**20)
+            args.source,
+            args.root,
+            args.dataset,
+            args.version,
+            files=files,
+            shard_bytes=int(args.shard_mib * 2**20),
+            readers=args.readers,
         )
     except ValueError as e:
         return _fail(1 if isinstance(e, mf.DatasetError) else 2, str(e))

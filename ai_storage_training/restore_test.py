@@ -29,6 +29,7 @@ from . import layout, metrics
 from .cli import EXIT_CHECK_FAILED, EXIT_OK
 from .cli_types import Directory, OutputFile
 from .commit import Marker, lock, problems, read_marker, unlock
+from .progress import Progress
 
 READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
 
@@ -102,7 +103,9 @@ def restore_test(directory: Path) -> dict[str, Any]:
         marker = read_marker(path)
         if marker is None:
             raise RuntimeError(f"{path} lost its {layout.MARKER} marker during the test (retention?); try again")
-        found = problems(path, marker, verify="crc32c")
+        progress = Progress("restore-test", sum(record.size for record in marker.files.values()))
+        found = problems(path, marker, verify="crc32c", on_file=progress.add)
+        progress.close()
         dcp_checked, dcp_found = _dcp_problems(path, marker)
         if not leased and read_marker(path) != marker:
             raise RuntimeError(f"{path} changed during the test (no lock on a read-only mount); try again")

@@ -19,6 +19,7 @@ from pathlib import Path
 from . import manifest as mf
 from .cli_types import Directory, Hex, Name, OutputDirectory
 from .commit import copy_file, crc32c_file, fsync_dir
+from .progress import Progress
 
 
 def _verified(dest: Path, manifest: mf.Manifest, shard: mf.Shard) -> bool:
@@ -77,9 +78,12 @@ def stage(
     for p in dest.iterdir():  # shards of another version, or leftovers of an interrupted copy
         if p.name not in listed and (mf.SHARD_NAME.fullmatch(p.name) or p.name.startswith(".shard-")):
             p.unlink()
+    progress = Progress("stage", sum(shard.size for shard in manifest.shards))
     for shard in manifest.shards:
         if not _verified(dest, manifest, shard):
             _copy(source, dest, manifest, shard)
+        progress.add(shard.size)
+    progress.close()
     fsync_dir(dest)
     mf.publish(dest, raw)
     return manifest, True

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -93,6 +94,7 @@ NAME = "1-128 letters, digits, '.', '_' or '-', not starting with '.' or '-'"
         (["--shard-mib", "0"], f"{PACK} --shard-mib: expected a number from 0.01 to 65536; got '0' (out of range)"),
         (["--dataset", "../up"], f"{PACK} --dataset: expected a dataset name: {NAME}; got '../up' ({REFUSED})"),
         (["--version", ""], f"{PACK} --version: expected a version: {NAME}; got '' (empty)"),
+        (["--readers", "0"], f"{PACK} --readers: expected an integer from 1 to 1000000; got '0' (out of range)"),
     ],
 )
 def test_bad_pack_arguments_exit_2_with_one_line_naming_the_argument(tmp_path, args, message):
@@ -266,3 +268,49 @@ def test_files_from_packs_only_the_listed_paths(tmp_path):
     with tarfile.open(tmp_path / "cold" / "toy" / "v1" / "shard-000000.tar") as tar:
         assert tar.getnames() == ["sub/img0001.bin", "sub/img0001.cls", "sub/img0004.bin"]
     assert intact(tmp_path / "cold" / "toy" / "v1").samples == 2
+
+
+def test_pack_balances_samples_across_a_multiple_of_the_readers_so_even_shares_drop_at_most_one_per_shard(tmp_path):
+    """2,000 samples of unequal sizes for 2 ranks x 2 workers: the shard count is a multiple of 4, the counts differ
+    by at most one, and every reader's even share loses at most one sample per shard of the epoch."""
+    from ai_storage_training.datasets import ShardDataset
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    rng = random.Random(30)
+    for i in range(2000):
+        (raw / f"s{i:04d}.bin").write_bytes(rng.randbytes(16 + rng.randrange(600)))
+    done = cli("pack", str(raw), "--root", str(tmp_path / "d"), "--dataset", "toy", "--version", "v1",
+               "--shard-mib", "0.05", "--readers", "4")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    manifest = intact(tmp_path / "d" / "toy" / "v1")
+    counts = [shard.samples for shard in manifest.shards]
+    assert len(counts) % 4 == 0 and len(counts) > 4 and max(counts) - min(counts) <= 1, counts
+    yielded = 0
+    for rank in range(2):
+        dataset = ShardDataset(tmp_path / "d" / "toy" / "v1", rank=rank, world_size=2)
+        for worker in range(2):
+            dataset._split = lambda rank=rank, worker=worker: (rank, 2, worker, 2)  # type: ignore[method-assign]
+            yielded += len(dataset.order(0)[1])
+    assert 2000 - len(counts) <= yielded <= 2000
+
+
+def test_pack_refuses_more_readers_than_samples_naming_the_option(tmp_path):
+    files = make_files(tmp_path / "files", 3)
+    done = cli("pack", str(files), "--root", str(tmp_path / "d"), "--dataset", "toy", "--version", "v1",
+               "--readers", "4")  # fmt: skip
+    assert done.returncode == 1 and "pack: --readers: 4 readers need at least 4 shards" in done.stderr
+    assert "the source has 3 samples" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "d" / "toy" / "v1" / "manifest.json").exists()
+
+
+def test_pack_and_stage_report_progress_as_lines_in_a_log(packed, tmp_path):
+    """Not a terminal (a pod's log): whole lines, the last at 100% with the amount and the throughput."""
+    files = make_files(tmp_path / "more", 400, size=100)
+    done = cli("pack", str(files), "--root", str(tmp_path / "d"), "--dataset", "toy", "--version", "v2")
+    lines = [line for line in done.stderr.splitlines() if line.startswith("pack: ")]
+    assert done.returncode == 0 and len(lines) >= 10 and "\r" not in done.stderr, done.stderr
+    assert lines[-1].startswith("pack: 100.0% 400 samples of 400 samples, ") and lines[-1].endswith(" samples/s")
+    staged = cli("stage", "--source", str(packed), "--dest", str(tmp_path / "hot"))
+    last = [line for line in staged.stderr.splitlines() if line.startswith("stage: ")][-1]
+    assert staged.returncode == 0 and re.fullmatch(r"stage: 100\.0% \S+ \w+ of \S+ \w+, \S+ \w+/s", last), last

@@ -51,8 +51,10 @@ def checkpoints(tmp_path):
 def test_the_newest_step_validates_and_the_timestamp_is_written(checkpoints, tmp_path):
     textfile = tmp_path / "restore.prom"
     before = tree(checkpoints.directory)
-    status, result, _ = restore_test(checkpoints.directory, "--textfile", textfile)
+    status, result, stderr = restore_test(checkpoints.directory, "--textfile", textfile)
     assert status == 0 and result["status"] == "ok" and result["step"] == 2
+    progress = [line for line in stderr.splitlines() if line.startswith("restore-test: ")]  # a line per 5% in a log
+    assert progress and progress[-1].startswith("restore-test: 100.0% 293.0 KiB of 293.0 KiB, "), stderr
     assert result["files"] == 3 and result["bytes"] == 300_000 and result["checksums"] and result["problems"] == []
     assert tree(checkpoints.directory) == before  # nothing written or left behind
     text = textfile.read_text()
