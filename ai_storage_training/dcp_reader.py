@@ -91,7 +91,7 @@ class ManagedReader(FileSystemReader):
                 f"{self.checkpoint.path / sinfo.relative_path}: the item at offset {sinfo.offset} has "
                 f"{actual[0]} bytes with CRC32C {actual[1]:08x}; written: {expected[0]} bytes, {expected[1]:08x}"
             )
-        return cast(IO[bytes], _MemoryFile(view))  # torch.load reads it into the tensor's storage (readinto): no copy between
+        return cast(IO[bytes], _MemoryFile(view))  # torch.load reads it into the tensor's storage (readinto)
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
         try:

@@ -7,6 +7,10 @@ flight when touched within ``--stale-minutes``, else left by a crash), ``.refuse
 refused), ``.retired/`` (abandoned by a rollback), resume decisions. The doctor takes no lock, so it cannot
 delay or fail a running job's save; that is why a crash's leftovers are told from a live save by their age.
 
+Host memory: an asynchronous save stages each rank's state in host memory (pinned under CUDA), once per save in
+flight: the report gives one rank's share of the newest valid step beside the host's available memory, and warns
+when that share alone does not fit.
+
 Verdict: a committed step whose files differ from its marker (size or CRC32C), or steps with none that
 validates, is critical (the job resumes from an older step, or from nothing); a torn step (no valid marker),
 a refused step, a stale staging directory or lock file, or a marker without checksums is a warning.
@@ -54,6 +58,7 @@ def _committed(path: Path, verify: str) -> dict[str, Any] | None:
         "step": marker.step,
         "files": len(marker.files),
         "bytes": sum(r.size for r in marker.files.values()),
+        "world_size": marker.world_size,
         "checksums": all(r.crc32c is not None for r in marker.files.values()),
         "problems": found,
     }
@@ -103,9 +108,23 @@ def inspect(directory: Path, *, verify: str = "crc32c", stale_minutes: float = 6
             _sort(directory, name, state, stale_before, verify)
         except FileNotFoundError:
             continue  # removed by the job since the listing
-    valid = [c["step"] for c in state["committed"] if not c["problems"]]
-    state["newest_valid_step"] = max(valid) if valid else None
+    valid = [c for c in state["committed"] if not c["problems"]]
+    newest = max(valid, key=lambda c: c["step"]) if valid else None
+    state["newest_valid_step"] = newest["step"] if newest else None
+    state["staging_bytes_per_rank"] = -(-newest["bytes"] // newest["world_size"]) if newest else None
+    state["host_memory_available_bytes"] = _memory_available()
     return state
+
+
+def _memory_available() -> int | None:
+    """MemAvailable of /proc/meminfo in bytes (None where there is none)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def _names(items: list[Any]) -> str:
@@ -138,4 +157,12 @@ def findings(state: dict[str, Any]) -> list[dict[str, Any]]:
     for check, label, items, why in warnings:
         if items:
             found.append(observation(check, label, "warning", f"{len(items)}: {_names(items)} ({why})"))
+    staging, available = state["staging_bytes_per_rank"], state["host_memory_available_bytes"]
+    if staging and available is not None and staging > available:
+        detail = (
+            f"one rank's share of the newest checkpoint is {staging / 2**30:.1f} GiB, the host has "
+            f"{available / 2**30:.1f} GiB available: asynchronous saves stage the state in host memory "
+            "(its size x max_in_flight per rank)"
+        )
+        found.append(observation("checkpoint_staging_memory", "host memory for staging", "warning", detail))
     return found

@@ -75,11 +75,16 @@ def checkpoints_line(state: dict[str, Any]) -> str:
     """One line: what the job's checkpoint directory holds (its findings are listed above it)."""
     valid = len([c for c in state["committed"] if not c["problems"]])
     newest = state["newest_valid_step"]
-    return (
+    line = (
         f"  checkpoints in {state['directory']}: {valid} of {len(state['committed'])} committed validate "
         f"({state['verify']}), newest valid step {newest if newest is not None else 'none'}; "
         f"{len(state['in_flight'])} in flight, {len(state['retired'])} retired"
     )
+    staging, available = state.get("staging_bytes_per_rank"), state.get("host_memory_available_bytes")
+    if staging:
+        line += f"; staging {staging / MIB:,.0f} MiB of host memory per rank per save in flight"
+        line += f" ({available / MIB:,.0f} MiB available)" if available is not None else ""
+    return line
 
 
 def summary(report: dict[str, Any]) -> str:

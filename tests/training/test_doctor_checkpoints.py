@@ -149,3 +149,13 @@ def test_the_command_line_reports_the_directory_and_exits_1_on_a_critical_step(t
     report = json.loads(report_file.read_text())
     assert proc.returncode == 1 and report["status"] == "critical" and proc.stderr == ""
     assert "CRITICAL step-00000020: model.bin: CRC32C" in proc.stdout and "verdict: CRITICAL" in proc.stdout
+
+
+def test_the_host_memory_a_save_stages_is_reported_and_a_share_that_does_not_fit_is_a_warning(tmp_path, monkeypatch):
+    save_steps(tmp_path, 1, 2)
+    state = inspect(tmp_path)
+    assert state["staging_bytes_per_rank"] == 50_000 and state["host_memory_available_bytes"] > 0
+    assert not [f for f in findings(state) if f["check"] == "checkpoint_staging_memory"]
+    monkeypatch.setattr("ai_storage_training.doctor_checkpoints._memory_available", lambda: 10_000)
+    warned = [f for f in findings(inspect(tmp_path)) if f["check"] == "checkpoint_staging_memory"]
+    assert [f["status"] for f in warned] == ["warning"] and "x max_in_flight per rank" in warned[0]["detail"]
