@@ -1,8 +1,32 @@
-"""Training-side helpers of ai-storage-platform: crash-safe checkpoints, a prefetching reader, the training
-metrics and a storage doctor. Standard library, prometheus_client and crc32c only (no Pulumi, no
-framework); ``ai_storage_training.dcp`` plugs the checkpoints into PyTorch's ``torch.distributed.checkpoint``."""
+"""Training-side helpers of ai-storage-platform: crash-safe checkpoints, datasets packed for training, the
+training metrics and a storage doctor. Standard library, prometheus_client and crc32c only (no Pulumi, no
+framework); PyTorch only in the modules that plug into it (the DCP writer and reader, the stagers, the datasets).
 
-from .checkpoints import Checkpoint, CheckpointBusyError, CheckpointInvalidError, CheckpointManager
-from .reader import PrefetchingReader
+Where to look:
 
-__all__ = ["Checkpoint", "CheckpointBusyError", "CheckpointInvalidError", "CheckpointManager", "PrefetchingReader"]
+- ``checkpoint/``: how a checkpoint is saved, committed, validated, restored and promoted (read ``manager.py``
+  first, then ``commit.py``; ``dcp.py`` and ``dcp_reader.py`` plug it into ``torch.distributed.checkpoint``,
+  ``async_save.py`` saves in the background);
+- ``data/``: datasets packed into WebDataset shards with a manifest, staged onto local volumes and read for
+  training (read ``manifest.py`` first);
+- ``doctor/``: ``python -m ai_storage_training doctor``, the storage diagnosis (read ``command.py`` first);
+- ``metrics.py`` (what the platform's alerts read), ``progress.py``, the command line (``cli.py``,
+  ``cli_types.py``, ``__main__.py``).
+"""
+
+from . import _moved
+from .checkpoint.async_save import AsyncCheckpointer, CheckpointSaveError
+from .checkpoint.manager import Checkpoint, CheckpointBusyError, CheckpointInvalidError, CheckpointManager
+from .data.reader import PrefetchingReader
+
+_moved.install()
+
+__all__ = [
+    "AsyncCheckpointer",
+    "Checkpoint",
+    "CheckpointBusyError",
+    "CheckpointInvalidError",
+    "CheckpointManager",
+    "CheckpointSaveError",
+    "PrefetchingReader",
+]

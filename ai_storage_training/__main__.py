@@ -6,10 +6,10 @@ import sys
 from . import cli
 
 SUBCOMMANDS = [
-    "doctor",
-    "pack",
-    "stage",
-    "restore_test",
+    "doctor.command",
+    "data.pack",
+    "data.stage",
+    "checkpoint.restore_test",
 ]
 """Module names, one a line (a merge adds a line); each module's ``add_parser`` names its subcommand."""
 

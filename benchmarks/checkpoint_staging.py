@@ -47,11 +47,11 @@ from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter  # n
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions  # noqa: E402
 from torch.distributed.checkpoint.state_dict import get_state_dict  # noqa: E402
 
-from ai_storage_training import dcp as managed  # noqa: E402
-from ai_storage_training.async_save import AsyncCheckpointer  # noqa: E402
-from ai_storage_training.checkpoints import CheckpointManager  # noqa: E402
-from ai_storage_training.dcp_reader import restore as managed_restore  # noqa: E402
-from ai_storage_training.lag import CheckpointLag  # noqa: E402
+from ai_storage_training.checkpoint import dcp as managed  # noqa: E402
+from ai_storage_training.checkpoint.async_save import AsyncCheckpointer  # noqa: E402
+from ai_storage_training.checkpoint.dcp_reader import restore as managed_restore  # noqa: E402
+from ai_storage_training.checkpoint.lag import CheckpointLag  # noqa: E402
+from ai_storage_training.checkpoint.manager import CheckpointManager  # noqa: E402
 
 MIB = 1024 * 1024
 TARGETS = {"blocked": 1.5, "durable": 1.3, "restore": 1.15}

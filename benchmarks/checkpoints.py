@@ -50,9 +50,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from conftest import generated_config  # noqa: E402
 
-from ai_storage_training.async_save import AsyncCheckpointer  # noqa: E402
-from ai_storage_training.checkpoints import CheckpointManager  # noqa: E402
-from ai_storage_training.dcp import ManagedWriter  # noqa: E402
+from ai_storage_training.checkpoint.async_save import AsyncCheckpointer  # noqa: E402
+from ai_storage_training.checkpoint.dcp import ManagedWriter  # noqa: E402
+from ai_storage_training.checkpoint.manager import CheckpointManager  # noqa: E402
 
 MIB = 1024 * 1024
 TENSORS = 4

@@ -38,8 +38,8 @@ import harness  # noqa: E402
 from conftest import generated_config  # noqa: E402  (the swap point)
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
-from ai_storage_training.datasets import ShardDataset  # noqa: E402
-from ai_storage_training.pack import pack  # noqa: E402
+from ai_storage_training.data.datasets import ShardDataset  # noqa: E402
+from ai_storage_training.data.pack import pack  # noqa: E402
 
 MIB = 1024 * 1024
 

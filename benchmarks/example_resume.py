@@ -27,8 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO)]
 
-from ai_storage_training.checkpoints import CheckpointManager  # noqa: E402
-from ai_storage_training.pack import pack  # noqa: E402
+from ai_storage_training.checkpoint.manager import CheckpointManager  # noqa: E402
+from ai_storage_training.data.pack import pack  # noqa: E402
 
 TRAIN = REPO / "examples" / "team-training" / "train.py"
 END = re.compile(r"^rank 0: step (\d+), loss \S+, params (\w+), samples (\d+), keys (\w+)$", re.M)

@@ -12,7 +12,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from ai_storage_training import layout
+from ai_storage_training.checkpoint import layout
 
 from .backends.object_stores.bucket import sync_container
 from .common import kube

@@ -6,7 +6,7 @@ writes there first and promotes each complete checkpoint to the checkpoint claim
 
 A training job writes a checkpoint as ``step-NNNNNNNN/`` (at the claim's root or in a directory of its run,
 ``<run>/step-NNNNNNNN/``) and marks it complete with a ``COMPLETE`` file last:
-the layout of the training library's CheckpointManager (``ai_storage_training.layout``, its one definition).
+the layout of the training library's CheckpointManager (``ai_storage_training.checkpoint.layout``, its one definition).
 Snapshots are crash-consistent copies of the whole claim, kept ``keep`` at a time; a restore from one uses only the
 checkpoints that carry the marker. The offsite copy uploads only complete checkpoints, with ``juicefs sync``,
 each checkpoint's marker last, so a copy in the bucket is complete exactly when its marker is there.
@@ -19,7 +19,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from ai_storage_training import layout
+from ai_storage_training.checkpoint import layout
 
 from .checkpoint_offsite import (
     OFFSITE_PREFIX,

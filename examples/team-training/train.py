@@ -38,11 +38,12 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.nn.parallel import DistributedDataParallel
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from ai_storage_training import lag, metrics, promotion
-from ai_storage_training.async_save import AsyncCheckpointer
-from ai_storage_training.datasets import ShardDataset
-from ai_storage_training.dcp import restore
-from ai_storage_training.manifest import DIR_VARIABLE
+from ai_storage_training import metrics
+from ai_storage_training.checkpoint import lag, promotion
+from ai_storage_training.checkpoint.async_save import AsyncCheckpointer
+from ai_storage_training.checkpoint.dcp import restore
+from ai_storage_training.data.datasets import ShardDataset
+from ai_storage_training.data.manifest import DIR_VARIABLE
 
 FEATURES, BATCH = 16, 8
 

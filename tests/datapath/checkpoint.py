@@ -1,5 +1,6 @@
 """Sharded checkpoints written through the training library's CheckpointManager, as a training job writes them
-to the checkpoint tier (the layout is ``ai_storage_training.layout``: this module adds shards and a manifest).
+to the checkpoint tier (the layout is ``ai_storage_training.checkpoint.layout``: this module adds shards and a
+manifest).
 
 Under a checkpoint root::
 
@@ -29,8 +30,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, when run as a program
 
-from ai_storage_training import CheckpointManager, layout
-from ai_storage_training.checkpoints import is_complete
+from ai_storage_training import CheckpointManager
+from ai_storage_training.checkpoint import layout
+from ai_storage_training.checkpoint.manager import is_complete
 
 MARKER = layout.MARKER
 MANIFEST = "manifest.json"

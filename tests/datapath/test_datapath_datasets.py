@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ai_storage_training import manifest as mf
-from ai_storage_training.pack import pack
+from ai_storage_training.data import manifest as mf
+from ai_storage_training.data.pack import pack
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,7 +30,7 @@ def stage(source: Path, dest: Path) -> subprocess.CompletedProcess:
 
 def test_stage_from_the_juicefs_mount_copies_then_skips_a_verified_copy_and_refuses_a_flipped_byte(mounted, tmp_path):
     pytest.importorskip("torch")
-    from ai_storage_training.datasets import ShardDataset
+    from ai_storage_training.data.datasets import ShardDataset
 
     files = tmp_path / "files"
     files.mkdir()

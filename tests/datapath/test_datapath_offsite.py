@@ -18,7 +18,7 @@ from pathlib import Path
 import checkpoint
 import harness
 
-from ai_storage_training import layout
+from ai_storage_training.checkpoint import layout
 
 SHARDS, SHARD_BYTES = 4, 1024 * 1024
 MARKER = checkpoint.MARKER

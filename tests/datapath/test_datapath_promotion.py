@@ -11,7 +11,7 @@ from pathlib import Path
 
 import harness
 
-from ai_storage_training.checkpoints import CheckpointManager
+from ai_storage_training.checkpoint.manager import CheckpointManager
 from tests.training import promoter_job
 
 ROOT = Path(__file__).resolve().parents[2]

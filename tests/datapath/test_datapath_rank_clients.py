@@ -16,14 +16,14 @@ from pathlib import Path
 import harness
 import pytest
 
-from ai_storage_training import commit, layout
-from ai_storage_training.commit import problems, read_marker
+from ai_storage_training.checkpoint import commit, layout
+from ai_storage_training.checkpoint.commit import problems, read_marker
 
 ROOT = Path(__file__).resolve().parents[2]
 RANK = """
 import os, sys
 from ai_storage_training import CheckpointManager
-from ai_storage_training.commit import STALE_ENTRY_ERRORS
+from ai_storage_training.checkpoint.commit import STALE_ENTRY_ERRORS
 directory, rank, run_id, steps = sys.argv[1:5]
 stale, real_open = [], os.open
 

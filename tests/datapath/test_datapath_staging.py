@@ -16,7 +16,7 @@ from typing import Any
 
 import harness
 
-from ai_storage_training.pack import pack
+from ai_storage_training.data.pack import pack
 from components.toolchain import render
 from components.toolchain.render import ROOT
 from tests.conftest import stack_file

@@ -18,8 +18,9 @@ import harness
 from checkpoint import intact, write_parts
 from test_datapath_offsite import digests, keys
 
-from ai_storage_training import CheckpointManager, layout
-from ai_storage_training.checkpoints import is_complete
+from ai_storage_training import CheckpointManager
+from ai_storage_training.checkpoint import layout
+from ai_storage_training.checkpoint.manager import is_complete
 
 WRITER = [sys.executable, str(Path(checkpoint.__file__).resolve())]
 

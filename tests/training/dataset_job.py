@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from ai_storage_training import metrics
-from ai_storage_training.datasets import ShardDataset
+from ai_storage_training.data.datasets import ShardDataset
 
 
 def keys(batch: list[dict]) -> list[str]:

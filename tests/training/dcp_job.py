@@ -28,9 +28,10 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.tensor import DTensor, Shard, init_device_mesh
 
-from ai_storage_training import CheckpointManager, layout
-from ai_storage_training.commit import problems, read_marker
-from ai_storage_training.dcp import restore
+from ai_storage_training import CheckpointManager
+from ai_storage_training.checkpoint import layout
+from ai_storage_training.checkpoint.commit import problems, read_marker
+from ai_storage_training.checkpoint.dcp import restore
 
 TABLE_ROWS = 16
 

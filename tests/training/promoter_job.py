@@ -15,9 +15,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, when run as a program
 
-from ai_storage_training import checkpoints, layout
-from ai_storage_training.checkpoints import CheckpointManager
-from ai_storage_training.promotion import Promoter
+from ai_storage_training.checkpoint import layout
+from ai_storage_training.checkpoint import manager as checkpoints
+from ai_storage_training.checkpoint.manager import CheckpointManager
+from ai_storage_training.checkpoint.promotion import Promoter
 
 
 def kill_at_random(

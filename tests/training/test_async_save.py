@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from prometheus_client import REGISTRY
 
-from ai_storage_training import CheckpointManager, lag
-from ai_storage_training.async_save import AsyncCheckpointer, CheckpointSaveError
+from ai_storage_training import CheckpointManager
+from ai_storage_training.checkpoint import lag
+from ai_storage_training.checkpoint.async_save import AsyncCheckpointer, CheckpointSaveError
 
 
 def sample(name: str) -> float:
@@ -189,7 +190,7 @@ def test_a_dcp_async_save_returns_before_the_write_and_holds_a_copy_of_the_state
     torch = pytest.importorskip("torch")
     import torch.distributed.checkpoint as dcp
 
-    from ai_storage_training.dcp import ManagedWriter
+    from ai_storage_training.checkpoint.dcp import ManagedWriter
 
     gate = threading.Event()
 

@@ -20,14 +20,16 @@ from pathlib import Path
 
 import pytest
 
-from ai_storage_training import CheckpointManager, commit, layout
-from ai_storage_training.commit import read_marker
+from ai_storage_training import CheckpointManager
+from ai_storage_training.checkpoint import commit, layout
+from ai_storage_training.checkpoint.commit import read_marker
 from components.toolchain.render import ROOT
 
 LEASE = """
 import sys
-from ai_storage_training import CheckpointManager, commit, layout
-from ai_storage_training.commit import read_marker
+from ai_storage_training import CheckpointManager
+from ai_storage_training.checkpoint import commit, layout
+from ai_storage_training.checkpoint.commit import read_marker
 with CheckpointManager(sys.argv[1], keep=None).load(step=int(sys.argv[2])) as checkpoint:
     assert checkpoint is not None
     print("leased", flush=True)

@@ -1,5 +1,5 @@
-"""Several ranks, one commit, without torch: the file-based protocol (``ai_storage_training.ranks``). Ranks are
-processes saving through their own CheckpointManager on one directory, some killed with SIGKILL."""
+"""Several ranks, one commit, without torch: the file-based protocol (``ai_storage_training.checkpoint.ranks``).
+Ranks are processes saving through their own CheckpointManager on one directory, some killed with SIGKILL."""
 
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from ai_storage_training import CheckpointInvalidError, CheckpointManager, checkpoints, layout
-from ai_storage_training.commit import problems, read_marker
+from ai_storage_training import CheckpointInvalidError, CheckpointManager
+from ai_storage_training.checkpoint import layout
+from ai_storage_training.checkpoint import manager as checkpoints
+from ai_storage_training.checkpoint.commit import problems, read_marker
 
 ROOT = Path(__file__).resolve().parents[2]
 RANK = """

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-from ai_storage_training import CheckpointInvalidError, CheckpointManager, layout
+from ai_storage_training import CheckpointInvalidError, CheckpointManager
+from ai_storage_training.checkpoint import layout
 from tests.training.test_checkpoint_lock import lease, release
 
 REFUSALS = "ai_storage_checkpoint_validation_failures_total"
@@ -230,3 +231,16 @@ def test_retention_keeps_the_older_valid_step_when_the_newer_one_is_leased_elsew
         assert "model.bin: CRC32C" in caplog.text and "left in place: another process holds its lock" in caplog.text
     finally:
         release(reader)
+
+
+def test_the_commit_removes_a_dead_runs_staging_of_its_step_that_clean_had_to_leave(tmp_path, monkeypatch):
+    """In a multi-rank save the coordinator's clean() can meet the step's lock held by its own run's other ranks
+    and leave a dead run's staging directory of that step; the commit, holding the lock alone, removes it."""
+    dead = tmp_path / layout.staging_dir(1, "deadrun")
+    (dead / "rank-00001").mkdir(parents=True)
+    (tmp_path / layout.staging_dir(2, "deadrun")).mkdir()  # another step's: not this commit's to judge
+    manager = CheckpointManager(tmp_path, keep=None)
+    monkeypatch.setattr(manager, "clean", lambda saving=None: [])  # as if the lock had been held
+    manager.save(1, writer(b"one"))
+    assert not dead.exists() and (tmp_path / layout.staging_dir(2, "deadrun")).exists()
+    assert [c.step for c in manager.checkpoints()] == [1]

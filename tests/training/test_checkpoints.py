@@ -13,8 +13,9 @@ import crc32c
 import pytest
 from prometheus_client import REGISTRY
 
-from ai_storage_training import CheckpointBusyError, CheckpointManager, layout
-from ai_storage_training.checkpoints import is_complete
+from ai_storage_training import CheckpointBusyError, CheckpointManager
+from ai_storage_training.checkpoint import layout
+from ai_storage_training.checkpoint.manager import is_complete
 from components.checkpoints import offsite_script
 
 

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from ai_storage_training import cli, cli_types, commit
+from ai_storage_training import cli, cli_types
 from ai_storage_training.__main__ import SUBCOMMANDS
+from ai_storage_training.checkpoint import commit
 
 PARSER = cli.build_parser(SUBCOMMANDS)
 SUBPARSERS = cli.subparsers_of(PARSER)
@@ -236,7 +237,7 @@ def test_every_checked_type_has_rows_and_refuses_each_bad_value(workspace):
 
 
 def test_a_failure_while_running_is_one_line_and_exit_3(monkeypatch, tmp_path, capsys):
-    from ai_storage_training import doctor
+    from ai_storage_training.doctor import command as doctor
 
     def broken(*args, **kwargs):
         raise OSError(5, "Input/output error", str(tmp_path / "shard-000.tar"))

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from ai_storage_training import manifest as mf
-from ai_storage_training.commit import crc32c_file
+from ai_storage_training.checkpoint.commit import crc32c_file
+from ai_storage_training.data import manifest as mf
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -273,7 +273,7 @@ def test_files_from_packs_only_the_listed_paths(tmp_path):
 def test_pack_balances_samples_across_a_multiple_of_the_readers_so_even_shares_drop_at_most_one_per_shard(tmp_path):
     """2,000 samples of unequal sizes for 2 ranks x 2 workers: the shard count is a multiple of 4, the counts differ
     by at most one, and every reader's even share loses at most one sample per shard of the epoch."""
-    from ai_storage_training.datasets import ShardDataset
+    from ai_storage_training.data.datasets import ShardDataset
 
     raw = tmp_path / "raw"
     raw.mkdir()

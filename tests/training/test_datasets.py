@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from ai_storage_training import manifest as mf
-from ai_storage_training.pack import pack
+from ai_storage_training.data import manifest as mf
+from ai_storage_training.data.pack import pack
 
 pytest.importorskip("torch")
-from ai_storage_training.datasets import ShardDataset
+from ai_storage_training.data.datasets import ShardDataset
 
 JOB = [sys.executable, str(Path(__file__).with_name("dataset_job.py"))]
 SAMPLES = 96
@@ -226,7 +226,7 @@ def shares(directory: Path, monkeypatch, **kwargs) -> list[list[str]]:
     what ``get_worker_info`` says, as inside a DataLoader worker)."""
     from types import SimpleNamespace
 
-    from ai_storage_training import datasets
+    from ai_storage_training.data import datasets
 
     out = []
     for rank in range(2):
@@ -255,7 +255,7 @@ def test_two_ranks_all_reducing_every_batch_finish_an_epoch_of_an_uneven_version
 def test_a_version_with_fewer_shards_than_ranks_x_workers_is_refused_naming_the_counts(version, monkeypatch):
     from types import SimpleNamespace
 
-    from ai_storage_training import datasets
+    from ai_storage_training.data import datasets
 
     monkeypatch.setattr(datasets, "get_worker_info", lambda: SimpleNamespace(id=0, num_workers=16))
     with pytest.raises(mf.DatasetError, match="has 16 shards for 2 ranks x 16 DataLoader workers: some would get"):

@@ -14,9 +14,10 @@ torch = pytest.importorskip("torch")
 import torch.distributed.checkpoint as dcp  # noqa: E402
 from torch.distributed.checkpoint.api import CheckpointException  # noqa: E402
 
-from ai_storage_training import CheckpointInvalidError, CheckpointManager, commit, layout  # noqa: E402
-from ai_storage_training.commit import read_marker  # noqa: E402
-from ai_storage_training.dcp import restore  # noqa: E402
+from ai_storage_training import CheckpointInvalidError, CheckpointManager  # noqa: E402
+from ai_storage_training.checkpoint import commit, layout  # noqa: E402
+from ai_storage_training.checkpoint.commit import read_marker  # noqa: E402
+from ai_storage_training.checkpoint.dcp import restore  # noqa: E402
 from tests.training import dcp_job  # noqa: E402
 
 
@@ -139,10 +140,10 @@ def test_no_checkpoint_is_said_once_naming_the_directory_and_can_be_required(tmp
     missing, empty = tmp_path / "typo", tmp_path / "empty"
     empty.mkdir()
     state = {"model": dcp_job.make()[0].state_dict()}
-    with caplog.at_level(logging.WARNING, logger="ai_storage_training.dcp_reader"):
+    with caplog.at_level(logging.WARNING, logger="ai_storage_training.checkpoint.dcp_reader"):
         assert restore(CheckpointManager(missing), state) is None
         assert restore(CheckpointManager(empty), state) is None
-    said = [r.getMessage() for r in caplog.records if r.name == "ai_storage_training.dcp_reader"]
+    said = [r.getMessage() for r in caplog.records if r.name == "ai_storage_training.checkpoint.dcp_reader"]
     assert said == [
         f"no checkpoint to resume from: {missing} does not exist; starting from the beginning",
         f"no checkpoint to resume from: {empty} exists but holds no committed checkpoint; starting from the beginning",

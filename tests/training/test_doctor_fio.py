@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ai_storage_training import doctor_fio, doctor_reads
+from ai_storage_training.doctor import fio as doctor_fio
+from ai_storage_training.doctor import reads as doctor_reads
 from tests.training.test_doctor import run_doctor
 
 MIB = 1024 * 1024

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from ai_storage_training.checkpoints import CheckpointManager
-from ai_storage_training.pack import pack
+from ai_storage_training.checkpoint.manager import CheckpointManager
+from ai_storage_training.data.pack import pack
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "examples" / "team-training" / "train.py"

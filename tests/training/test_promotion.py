@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-from ai_storage_training import lag, promotion
-from ai_storage_training.async_save import AsyncCheckpointer
-from ai_storage_training.checkpoints import CheckpointManager
-from ai_storage_training.commit import read_marker
+from ai_storage_training.checkpoint import lag, promotion
+from ai_storage_training.checkpoint.async_save import AsyncCheckpointer
+from ai_storage_training.checkpoint.commit import read_marker
+from ai_storage_training.checkpoint.manager import CheckpointManager
 from tests.training import promoter_job
 
 PROMOTER = Path(__file__).with_name("promoter_job.py")

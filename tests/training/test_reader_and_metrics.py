@@ -9,7 +9,8 @@ import urllib.request
 import pytest
 from prometheus_client import REGISTRY
 
-from ai_storage_training import CheckpointManager, PrefetchingReader, metrics, reader
+from ai_storage_training import CheckpointManager, PrefetchingReader, metrics
+from ai_storage_training.data import reader
 
 CONTRACT = {
     "ai_storage_checkpoint_save_seconds": "histogram",

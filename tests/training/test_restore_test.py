@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ai_storage_training import layout
-from ai_storage_training.checkpoints import CheckpointManager
+from ai_storage_training.checkpoint import layout
+from ai_storage_training.checkpoint.manager import CheckpointManager
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMESTAMP = "ai_storage_checkpoint_restore_test_timestamp_seconds"

@@ -15,8 +15,9 @@ torch = pytest.importorskip("torch")
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions  # noqa: E402
 from torch.distributed.checkpoint.state_dict import get_state_dict  # noqa: E402
 
-from ai_storage_training import CheckpointManager, dcp, lag, staging  # noqa: E402
-from ai_storage_training.async_save import AsyncCheckpointer, CheckpointSaveError  # noqa: E402
+from ai_storage_training import CheckpointManager  # noqa: E402
+from ai_storage_training.checkpoint import dcp, lag, staging  # noqa: E402
+from ai_storage_training.checkpoint.async_save import AsyncCheckpointer, CheckpointSaveError  # noqa: E402
 
 STAGING_SECONDS = 0.4
 

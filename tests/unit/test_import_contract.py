@@ -27,9 +27,13 @@ def test_lint_imports_keeps_every_contract():
 
 def test_the_contract_covers_the_layers_and_both_packages():
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
-    by_type = {c["type"]: c for c in config["contracts"]}
-    assert set(by_type["acyclic_siblings"]["ancestors"]) == {"components", "ai_storage_training"}
-    layers = by_type["layers"]
+    by_id = {c["id"]: c for c in config["contracts"]}
+    assert set(by_id["no-circles"]["ancestors"]) == {"components", "ai_storage_training"}
+    layers = by_id["layers"]
     assert layers["exhaustive"] is True  # a new module in components/ must be placed in a layer
     assert [layers["layers"][i] for i in (1, -3, -2, -1)] == ["toolchain", "backends", "common", "sections"]
-    assert by_type["forbidden"]["forbidden_modules"][0] == "components"
+    assert by_id["training-alone"]["forbidden_modules"][0] == "components"
+    training = by_id["training-layers"]
+    assert training["exhaustive"] is True  # a new module of the training library must be placed in a layer
+    assert training["layers"][1:4] == ["doctor", "data", "checkpoint"]
+    assert by_id["doctor-and-data-apart"]["source_modules"] == ["ai_storage_training.doctor"]

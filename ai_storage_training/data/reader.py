@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from . import metrics
+from .. import metrics
 
 
 def _read(path: Path) -> bytes:

@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import layout
-from .commit import problems, read_marker
-from .doctor_report import observation
+from ..checkpoint import layout
+from ..checkpoint.commit import problems, read_marker
+from .report import observation
 
 SHOWN = 5
 """Names shown per finding (the report lists all)."""

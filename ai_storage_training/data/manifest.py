@@ -18,7 +18,7 @@ from pathlib import Path
 
 import crc32c
 
-from .commit import write_atomically
+from ..checkpoint.commit import write_atomically
 
 FORMAT = "webdataset"
 MANIFEST = "manifest.json"

@@ -18,15 +18,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import cli
-from .cli_types import Directory, Integer, Number, OutputFile
-from .commit import VERIFY_MODES, write_atomically
-from .doctor_checkpoints import findings as checkpoint_findings
-from .doctor_checkpoints import inspect
-from .doctor_juicefs import JUICEFS_FSTYPE, juicefs_state, mount_of
-from .doctor_reads import MIB, data_files, prefetch_test, read_tests
-from .doctor_report import figure_findings, summary, tool_findings, verdict
-from .doctor_timing import checkpoint_test
+from .. import cli
+from ..checkpoint.commit import VERIFY_MODES, write_atomically
+from ..cli_types import Directory, Integer, Number, OutputFile
+from .checkpoints import findings as checkpoint_findings
+from .checkpoints import inspect
+from .juicefs import JUICEFS_FSTYPE, juicefs_state, mount_of
+from .reads import MIB, data_files, prefetch_test, read_tests
+from .report import figure_findings, summary, tool_findings, verdict
+from .timing import checkpoint_test
 
 
 def diagnose(

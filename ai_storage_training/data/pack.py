@@ -19,10 +19,10 @@ import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from ..checkpoint.commit import SummedStream, fsync_dir
+from ..cli_types import Directory, File, Integer, Name, Number, OutputDirectory
+from ..progress import Progress
 from . import manifest as mf
-from .cli_types import Directory, File, Integer, Name, Number, OutputDirectory
-from .commit import SummedStream, fsync_dir
-from .progress import Progress
 
 DEFAULT_SHARD_MIB = 64
 TAR_BLOCK = 512

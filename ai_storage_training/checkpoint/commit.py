@@ -39,13 +39,12 @@ from typing import IO, Any
 import crc32c
 
 from . import layout
+from .items import item_records
 
 SYNC_WORKERS = 16
 """Files fsynced (or checksummed) at once: on JuiceFS each fsync uploads the file's blocks."""
 CHUNK = 8 * 1024 * 1024
 VERIFY_MODES = ("crc32c", "size")
-Items = dict[str, dict[int, tuple[int, int]]]
-"""Item checksums: file -> offset -> (length, CRC32C) of each byte range written as one item."""
 STALE_ENTRY_ERRORS = (errno.EPERM, errno.ENOENT, errno.ESTALE)
 """What opening a lock file through a cached entry of a file another client removed fails with."""
 STALE_ENTRY_SECONDS = 10.0
@@ -240,7 +239,7 @@ def problems(
     covered: set[str] = set()
     if verify == "items":
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):  # unreadable: its CRC32C says why
-            covered = set(item_records(path, marker))
+            covered = set(item_records(path, marker.files))
 
     def check(item: tuple[str, FileRecord]) -> str | None:
         try:
@@ -264,27 +263,6 @@ def problems(
 
     with ThreadPoolExecutor(max_workers=SYNC_WORKERS) as pool:
         return [line for line in pool.map(check, sorted(marker.files.items())) if line]
-
-
-def item_records(path: Path, marker: Marker) -> Items:
-    """The item checksums of checkpoint ``path``: file -> offset -> (length, CRC32C), from each items file
-    (``layout.item_checksums``) its marker lists. OSError or ValueError when one is unreadable."""
-    found: Items = {}
-    for name in sorted(marker.files):
-        if name.endswith(layout.ITEMS_SUFFIX):
-            document = json.loads((path / name).read_text())
-            for file, items in document["files"].items():
-                found[str(file)] = {int(offset): (int(length), int(crc, 16)) for offset, length, crc in items}
-    return found
-
-
-def write_item_records(path: Path, items: Items) -> None:
-    """Write an items file (file -> offset -> (length, CRC32C)), atomically."""
-    files = {
-        name: [[offset, length, f"{crc:08x}"] for offset, (length, crc) in sorted(ranges.items())]
-        for name, ranges in sorted(items.items())
-    }
-    write_json_atomically(path, {"format": 1, "files": files})
 
 
 def lock(path: Path, *, shared: bool) -> int | None:

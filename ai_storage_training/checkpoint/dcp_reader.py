@@ -26,13 +26,14 @@ from torch.distributed.checkpoint.filesystem import _StorageInfo
 from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner
 from torch.futures import Future
 
-from . import metrics
-from .commit import CheckpointInvalidError, Items, item_records, read_marker
+from .. import metrics
+from .commit import CheckpointInvalidError, read_marker
 from .commit import unlock as _unlock
 from .dcp_ranks import join
+from .items import Items, item_records
 
 if TYPE_CHECKING:
-    from .checkpoints import Checkpoint, CheckpointManager
+    from .manager import Checkpoint, CheckpointManager
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ class ManagedReader(FileSystemReader):
         if self.verify_items:
             marker = read_marker(checkpoint.path)
             try:
-                self.items = item_records(checkpoint.path, marker) if marker is not None else {}
+                self.items = item_records(checkpoint.path, marker.files) if marker is not None else {}
             except (OSError, ValueError, KeyError, TypeError) as error:
                 self.release()
                 problem = f"{checkpoint.path}: its item checksums are unreadable: {error}"

@@ -39,8 +39,8 @@ import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 from webdataset.tariterators import group_by_keys, tar_file_iterator
 
+from .. import metrics
 from . import manifest as mf
-from . import metrics
 
 Sample = dict[str, Any]
 

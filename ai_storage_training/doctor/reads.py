@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .doctor_fio import FioError, fio_reads, fio_safe
-from .reader import PrefetchingReader
+from ..data import PrefetchingReader
+from .fio import FioError, fio_reads, fio_safe
 
 MIB = 1024 * 1024
 RANDOM_BLOCK = 256 * 1024

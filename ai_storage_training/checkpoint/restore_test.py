@@ -25,11 +25,12 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 
-from . import layout, metrics
-from .cli import EXIT_CHECK_FAILED, EXIT_OK
-from .cli_types import Directory, OutputFile
+from .. import metrics
+from ..cli import EXIT_CHECK_FAILED, EXIT_OK
+from ..cli_types import Directory, OutputFile
+from ..progress import Progress
+from . import layout
 from .commit import Marker, lock, problems, read_marker, unlock
-from .progress import Progress
 
 READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
 

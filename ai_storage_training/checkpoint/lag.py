@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from . import metrics
+from .. import metrics
 
 
 class CheckpointLag:

@@ -10,8 +10,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .checkpoints import CheckpointManager
-from .doctor_reads import drop_cache
+from ..checkpoint.manager import CheckpointManager
+from .reads import drop_cache
 
 CHECKPOINT_FILES = 4
 

@@ -16,10 +16,10 @@ import os
 import sys
 from pathlib import Path
 
+from ..checkpoint.commit import copy_file, crc32c_file, fsync_dir
+from ..cli_types import Directory, Hex, Name, OutputDirectory
+from ..progress import Progress
 from . import manifest as mf
-from .cli_types import Directory, Hex, Name, OutputDirectory
-from .commit import copy_file, crc32c_file, fsync_dir
-from .progress import Progress
 
 
 def _verified(dest: Path, manifest: mf.Manifest, shard: mf.Shard) -> bool:

@@ -42,24 +42,25 @@ from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
-from . import layout, metrics, ranks
+from .. import metrics
+from . import layout, ranks
 from .commit import (
     FileRecord,
-    Items,
     SummedStream,
     crc32c_file,
     fsync_dir,
     lock_waiting,
-    write_item_records,
+    write_json_atomically,
 )
 from .commit import unlock as _unlock
 from .dcp_ranks import join
 from .dcp_reader import ManagedReader, open_reader, restore
+from .items import Items, items_document
 
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # the manager imports this module when asked for a DCP writer or reader
-    from .checkpoints import CheckpointManager
+    from .manager import CheckpointManager
 
 METADATA = ".metadata"
 """DCP's global plan, written by the coordinator."""
@@ -173,7 +174,7 @@ class ManagedWriter(FileSystemWriter):
             future = super().write_data(plan, planner)  # DCP's threads are done when it returns
             files = {n: FileRecord(r.size, r.crc32c, manager.rank) for n, r in self.summing.records.items()}
             items_file = staging / layout.item_checksums(manager.rank)
-            write_item_records(items_file, self.summing.written_items(future.value()))
+            write_json_atomically(items_file, items_document(self.summing.written_items(future.value())))
             record = crc32c_file(items_file)
             files[items_file.name] = FileRecord(record.size, record.crc32c, manager.rank)
             fsync_dir(staging)

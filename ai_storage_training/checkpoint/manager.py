@@ -37,7 +37,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import layout, metrics, ranks
+from .. import metrics
+from . import layout, ranks
 from .commit import (
     CheckpointBusyError,
     CheckpointInvalidError,
@@ -158,7 +159,16 @@ class CheckpointManager(CheckpointStore):
         marker = Marker(step, files, run_id or self.run_id, self.world_size)
         write_marker(final, marker)
         self._trusted.add((step, marker.run_id))
+        self._drop_other_stagings(step)
         return Checkpoint(step, final)
+
+    def _drop_other_stagings(self, step: int) -> None:
+        """With ``step``'s lock held exclusively and the step committed: another run's staging directory of the
+        step is dead (no writer holds the lock; its commit could only fail now). ``clean()`` before the save may
+        have had to leave it: this run's other ranks held the step's lock by then."""
+        for name in os.listdir(self.directory):
+            if layout.parse_staging(name) == step and layout.staging_run(name) not in (self._run_id, None):
+                shutil.rmtree(self.directory / name, ignore_errors=True)
 
     @contextlib.contextmanager
     def load(

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from . import layout, metrics
+from .. import metrics
+from . import layout
 from .commit import read_marker
 from .lag import LAG, CheckpointLag
 

@@ -1,6 +1,6 @@
 """The checkpoint directory's state: what is committed, and its upkeep (refusal, rollback, retention, cleaning).
 
-:class:`CheckpointStore` is the base of :class:`~ai_storage_training.checkpoints.CheckpointManager`: it holds the
+:class:`CheckpointStore` is the base of :class:`~ai_storage_training.checkpoint.manager.CheckpointManager`: it holds the
 settings, lists committed steps and keeps the directory tidy under each step's ``flock`` lock (see ``commit``).
 Refused steps go to ``.refused/`` (kept), steps a rollback abandons to ``.retired/`` (the newest ``keep`` kept).
 """
@@ -14,7 +14,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import layout, metrics
+from .. import metrics
+from . import layout
 from .commit import (
     VERIFY_MODES,
     Marker,
@@ -28,7 +29,7 @@ from .commit import (
 from .commit import lock as _lock
 from .commit import unlock as _unlock
 
-log = logging.getLogger("ai_storage_training.checkpoints")
+log = logging.getLogger("ai_storage_training.checkpoint.manager")
 RUN_ID_VARIABLE = "AI_STORAGE_RUN_ID"
 
 
@@ -242,7 +243,7 @@ class CheckpointStore:
         marker, resume decisions of other runs, lock files nobody holds) for every step no live process holds;
         return the removed directories. Staging directories of this manager's own run are its saves in flight.
         The lock file of ``saving`` (the step the coordinator is about to save) stays: other ranks may be opening
-        it, and the step's commit removes it (see :func:`~ai_storage_training.commit.unlock`)."""
+        it, and the step's commit removes it (see :func:`~ai_storage_training.checkpoint.commit.unlock`)."""
         leftovers: dict[int, list[Path]] = {}
         for name in _names(self.directory):
             path = self.directory / name

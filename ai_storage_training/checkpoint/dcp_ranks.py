@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import torch.distributed as dist
 
 if TYPE_CHECKING:
-    from .checkpoints import CheckpointManager
+    from .manager import CheckpointManager
 
 
 def join(manager: CheckpointManager) -> None:

@@ -25,10 +25,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import metrics
-from .checkpoints import CheckpointManager
+from .. import metrics
 from .commit import CheckpointInvalidError
 from .lag import LAG, CheckpointLag
+from .manager import CheckpointManager
 
 log = logging.getLogger(__name__)
 DIR_VARIABLE = "AI_STORAGE_CHECKPOINT_DIR"

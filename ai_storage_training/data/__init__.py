@@ -1,0 +1,12 @@
+"""Datasets for training: small files packed into WebDataset tar shards with a versioned manifest, staged onto a
+local volume, read by ranks and DataLoader workers in resumable shares, and read ahead.
+
+Read ``manifest.py`` first (what a published version is), then ``pack.py`` (making one), ``stage.py`` (copying
+one onto the hot tier, verified), ``datasets.py`` (``ShardDataset``, for PyTorch's DataLoader) and ``reader.py``
+(``PrefetchingReader``, read-ahead of any files). The file primitives (CRC32C, fsync, atomic writes) come from
+``checkpoint/commit.py``.
+"""
+
+from .reader import PrefetchingReader
+
+__all__ = ["PrefetchingReader"]
