@@ -11,9 +11,9 @@ import subprocess
 import sys
 
 import pytest
-from ai_storage_training.doctor.thresholds import THRESHOLDS, Threshold
 
 from ai_storage_training.doctor import juicefs as doctor_juicefs
+from ai_storage_training.doctor.thresholds import THRESHOLDS, Threshold
 from components.alert_rules import AlertThresholds
 
 FIGURES = {

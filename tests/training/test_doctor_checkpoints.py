@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
-from ai_storage_training.doctor.checkpoints import findings, inspect
 
 from ai_storage_training import CheckpointManager
 from ai_storage_training.checkpoint import layout
 from ai_storage_training.checkpoint.commit import FileRecord, Marker, write_marker
+from ai_storage_training.doctor.checkpoints import findings, inspect
 
 HOUR = 3600
 
