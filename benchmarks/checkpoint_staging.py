@@ -181,20 +181,20 @@ def torn(job: Job, root: Path) -> dict:
     """2: the optimizer steps right after the save returns; how many tensors of the checkpoint differ from the
     state at the save."""
     cuda = job.device.type == "cuda"
-    ways: dict[str, tuple[dict, dict]] = {  # AsyncCheckpointer options, save_dcp options
-        "library": ({}, {}),
-        "library_with_DefaultStager_async": ({}, {"async_stager": "default"}),
-        "overlap_with_guard": ({"overlap": True}, {}),
+    ways: dict[str, tuple[dict, bool]] = {  # AsyncCheckpointer options, whether save_dcp gets a DefaultStager
+        "library": ({}, False),
+        "library_with_DefaultStager_async": ({}, True),
+        "overlap_with_guard": ({"overlap": True}, False),
     }
     result = {}
-    for name, (options, extra) in ways.items():
+    for name, (options, own_stager) in ways.items():
         manager = CheckpointManager(root / f"torn-{name}", keep=1)
         before = job.snapshot()
         try:
             with AsyncCheckpointer(manager, lag=CheckpointLag(), **options) as checkpointer:
                 if options.get("overlap"):
                     checkpointer.protect(job.optimizer, job.model)
-                stager = DefaultStager(StagingOptions(cuda, False, True, cuda)) if extra else None
+                stager = DefaultStager(StagingOptions(cuda, False, True, cuda)) if own_stager else None
                 checkpointer.save_dcp(1, job.state(), **({"async_stager": stager} if stager else {}))
                 job.step()  # every tensor changes at once
             if stager is not None:

@@ -18,6 +18,7 @@ import os
 import random
 import time
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from torch.distributed.tensor import DTensor, Shard, init_device_mesh
 from ai_storage_training import CheckpointManager
 from ai_storage_training.checkpoint import layout
 from ai_storage_training.checkpoint.commit import problems, read_marker
-from ai_storage_training.checkpoint.dcp import restore
+from ai_storage_training.checkpoint.dcp import ManagedWriter, restore
 
 TABLE_ROWS = 16
 
@@ -161,6 +162,22 @@ def run(world_size: int, directory: Path, records: Path, steps: int, keep: int =
 
 def resumed(records: Path, run_id: str) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(records.glob(f"resume-{run_id}-*.json"))]
+
+
+def manager_writing_after(directory: Path, before_write: Callable[[], object]) -> CheckpointManager:
+    """A CheckpointManager (keep all) whose DCP writers call ``before_write()`` before each rank writes its files:
+    a write held at a gate, or one that fails."""
+
+    class Writer(ManagedWriter):
+        def write_data(self, plan, planner):
+            before_write()
+            return super().write_data(plan, planner)
+
+    class Manager(CheckpointManager):
+        def writer(self, step, **options):
+            return Writer(self, step, **options)
+
+    return Manager(directory, keep=None)
 
 
 def committed_steps_are_whole(directory: Path) -> list[int]:

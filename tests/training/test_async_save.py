@@ -190,20 +190,14 @@ def test_a_dcp_async_save_returns_before_the_write_and_holds_a_copy_of_the_state
     torch = pytest.importorskip("torch")
     import torch.distributed.checkpoint as dcp
 
-    from ai_storage_training.checkpoint.dcp import ManagedWriter
+    from tests.training.dcp_job import manager_writing_after
 
     gate = threading.Event()
 
-    class SlowWriter(ManagedWriter):
-        def write_data(self, plan, planner):
-            assert gate.wait(60), "the test never opened the gate"
-            return super().write_data(plan, planner)
+    def slow() -> None:
+        assert gate.wait(60), "the test never opened the gate"
 
-    class SlowManager(CheckpointManager):
-        def writer(self, step, **options):
-            return SlowWriter(self, step, **options)
-
-    manager = SlowManager(tmp_path, keep=None)
+    manager = manager_writing_after(tmp_path, slow)
     weights = torch.arange(1024, dtype=torch.float32)
     with AsyncCheckpointer(manager, lag=own_lag) as checkpointer:
         future = checkpointer.save_dcp(3, {"weights": weights, "train": {"step": 3}})

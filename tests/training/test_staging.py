@@ -18,6 +18,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict  # noqa: E402
 from ai_storage_training import CheckpointManager  # noqa: E402
 from ai_storage_training.checkpoint import dcp, lag, staging  # noqa: E402
 from ai_storage_training.checkpoint.async_save import AsyncCheckpointer, CheckpointSaveError  # noqa: E402
+from tests.training.dcp_job import manager_writing_after  # noqa: E402
 
 STAGING_SECONDS = 0.4
 
@@ -123,16 +124,10 @@ def test_without_the_guard_an_overlapped_save_is_torn(tmp_path, monkeypatch):
 def test_a_step_in_flight_or_committed_is_refused_when_requested_and_the_first_save_commits(tmp_path):
     release = threading.Event()
 
-    class HeldWriter(dcp.ManagedWriter):
-        def write_data(self, plan, planner):
-            assert release.wait(60), "the test never released the write"
-            return super().write_data(plan, planner)
+    def held() -> None:
+        assert release.wait(60), "the test never released the write"
 
-    class HeldManager(CheckpointManager):
-        def writer(self, step, **options):
-            return HeldWriter(self, step, **options)
-
-    manager = HeldManager(tmp_path, keep=None)
+    manager = manager_writing_after(tmp_path, held)
     model, optimizer = trained()
     with AsyncCheckpointer(manager, max_in_flight=2, lag=lag.CheckpointLag()) as checkpointer:
         first = checkpointer.save_dcp(5, state_of(model, optimizer))
@@ -149,16 +144,11 @@ def test_a_step_in_flight_or_committed_is_refused_when_requested_and_the_first_s
 
 
 def test_a_dcp_save_failing_in_the_background_is_raised_with_its_cause_first(tmp_path):
-    class FullWriter(dcp.ManagedWriter):
-        def write_data(self, plan, planner):
-            raise OSError(28, "No space left on device")
-
-    class FullManager(CheckpointManager):
-        def writer(self, step, **options):
-            return FullWriter(self, step, **options)
+    def full() -> None:
+        raise OSError(28, "No space left on device")
 
     model, optimizer = trained()
-    checkpointer = AsyncCheckpointer(FullManager(tmp_path, keep=None), lag=lag.CheckpointLag())
+    checkpointer = AsyncCheckpointer(manager_writing_after(tmp_path, full), lag=lag.CheckpointLag())
     checkpointer.save_dcp(1, state_of(model, optimizer))
     cause = r"^OSError: \[Errno 28\] No space left on device \(rank 0\) \(checkpoint step 1, saved in the background\)$"
     with pytest.raises(CheckpointSaveError, match=cause):
