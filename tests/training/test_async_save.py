@@ -170,6 +170,12 @@ def test_a_bad_in_flight_limit_is_refused_with_its_name(tmp_path, value):
         AsyncCheckpointer(GatedManager(tmp_path), max_in_flight=value)
 
 
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_a_bad_overlap_is_refused_with_its_name(tmp_path, value):
+    with pytest.raises(ValueError, match=rf"^overlap: expected True or False; got {value!r}$"):
+        AsyncCheckpointer(GatedManager(tmp_path), overlap=value)
+
+
 def test_lag_seconds_count_from_the_oldest_request_not_yet_durable():
     now = [100.0]
     tracker = lag.CheckpointLag(clock=lambda: now[0])
