@@ -11,7 +11,7 @@ import operator
 from functools import reduce
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from .common import versions
 from .sections import DnsLabel, Problem, Regex, Resources, Section
@@ -42,13 +42,30 @@ class CephResources(Section):
     """Each RGW object gateway (objectStore backend `ceph-rgw`)."""
 
 
+class CephDevice(Section):
+    """A disk that becomes an OSD, with the device class its OSD gets."""
+
+    name: str = Field(pattern=r"^\S+$")
+    """Device name (`sdb`) or stable path (`/dev/disk/by-id/...`)."""
+    device_class: DnsLabel | None = None
+    """CRUSH device class of this disk's OSD (e.g. `checkpoint`); unset: the one Ceph sets from the hardware
+    (`hdd`, `ssd` or `nvme`)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_name(cls, data: Any) -> Any:
+        """A bare device name is a device with the class Ceph sets."""
+        return {"name": data} if isinstance(data, str) else data
+
+
 class CephNode(Section):
     """One storage node and the exact disks Ceph may use on it."""
 
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
     """Kubernetes node name (the `kubernetes.io/hostname` label)."""
-    devices: list[str] = Field(min_length=1)
-    """Device names (`sdb`) or stable paths (`/dev/disk/by-id/...`) Ceph turns into OSDs."""
+    devices: list[CephDevice] = Field(min_length=1)
+    """Disks Ceph turns into OSDs: a device name (`sdb`), a stable path (`/dev/disk/by-id/...`), or
+    `{name, deviceClass}` to set the OSD's device class."""
 
 
 class CephStorageSettings(Section):
@@ -87,6 +104,17 @@ class RgwSettings(Section):
     """HTTP port of the gateway Service."""
 
 
+class CheckpointDevicesSettings(Section):
+    """Which OSDs hold the checkpoint filesystem's pools."""
+
+    device_class: DnsLabel | None = None
+    """CRUSH device class of the checkpoint filesystem's metadata and data pools (e.g. `ssd`); unset: every OSD.
+    Apart from the warm tier only when `rookCeph.deviceClass` is set to another class."""
+    share_warm_devices: bool = False
+    """Let a protected stack keep the checkpoint pools on the warm tier's OSDs (write the reason next to it): a
+    checkpoint burst then competes with training reads for the same disks."""
+
+
 class RookCephSettings(Section):
     """Rook-Ceph: operator, CSI drivers, cluster, block pool and the warm and checkpoint filesystems."""
 
@@ -114,6 +142,11 @@ class RookCephSettings(Section):
     """CephFilesystem of the warm tier; its data pool is `<name>-data`."""
     checkpoint_filesystem: DnsLabel = "ai-checkpoint"
     """Separate CephFilesystem of the checkpoint tier (own pools and MDS, apart from training reads)."""
+    device_class: DnsLabel | None = None
+    """CRUSH device class of the block pool, the warm filesystem's pools and RGW's pools (e.g. `hdd`); unset:
+    every OSD, the checkpoint class's included."""
+    checkpoint: CheckpointDevicesSettings = CheckpointDevicesSettings()
+    """The checkpoint filesystem's own devices (`deviceClass`), or the opt-in to share the warm tier's."""
     rgw: RgwSettings = RgwSettings()
     """Ceph RGW object store (objectStore backend `ceph-rgw`)."""
     cleanup_policy: CleanupPolicySettings = CleanupPolicySettings()
@@ -152,6 +185,25 @@ class RookCephSettings(Section):
             hint = "useAllDevices is always false, so without either Ceph creates no OSDs"
             found.append(Problem("storage", "expected a deviceFilter or a per-node device list", None, hint))
         return found
+
+    def checkpoint_devices_apart(self) -> bool:
+        """The checkpoint pools sit on OSDs of a class that no other pool uses."""
+        warm, checkpoint = self.device_class, self.checkpoint.device_class
+        return bool(warm and checkpoint and warm != checkpoint)
+
+    def shared_devices_problem(self) -> Problem | None:
+        """A protected stack's checkpoint pools on the warm tier's OSDs without the opt-in."""
+        if not self.enabled or self.checkpoint_devices_apart() or self.checkpoint.share_warm_devices:
+            return None
+        warm = self.device_class
+        return Problem(
+            "rookCeph.checkpoint.deviceClass",
+            f"expected a device class other than rookCeph.deviceClass ({warm or 'unset: every OSD'}), with "
+            "rookCeph.deviceClass set",
+            self.checkpoint.device_class,
+            "every rank's checkpoint burst would compete with training reads for the same OSDs; set both classes, "
+            "or rookCeph.checkpoint.shareWarmDevices: true with the reason next to it",
+        )
 
     def _risks(self) -> list[tuple[str, bool, str, str, str]]:
         """(key, broken, opt-in flag, expected, why) of each rule a stack may break only by opting in."""
@@ -205,21 +257,33 @@ class RookCephSettings(Section):
         ]
 
 
-def pool_spec(s: RookCephSettings) -> dict[str, Any]:
-    """A replicated pool as the settings say: size, min_size and failure domain."""
-    return {
+def pool_spec(s: RookCephSettings, device_class: str | None = None) -> dict[str, Any]:
+    """A replicated pool as the settings say: size, min_size and failure domain, on the OSDs of
+    ``device_class`` (default: the warm tier's ``deviceClass``; unset: every OSD)."""
+    spec: dict[str, Any] = {
         "failureDomain": s.failure_domain,
         # Rook refuses size 1 unless requireSafeReplicaSize is off.
         "replicated": {"size": s.replica_size, "requireSafeReplicaSize": s.replica_size > 1},
         "parameters": {"min_size": str(s.min_size)},
     }
+    chosen = device_class or s.device_class
+    if chosen:
+        spec["deviceClass"] = chosen
+    return spec
+
+
+def device_spec(device: CephDevice) -> dict[str, Any]:
+    """One entry of a node's ``devices`` in the CephCluster (the class goes in Rook's per-device ``config``)."""
+    if device.device_class is None:
+        return {"name": device.name}
+    return {"name": device.name, "config": {"deviceClass": device.device_class}}
 
 
 def cluster_spec(s: RookCephSettings) -> dict[str, Any]:
     """The CephCluster spec."""
     storage: dict[str, Any] = {"useAllDevices": False, "useAllNodes": not s.storage.nodes}
     if s.storage.nodes:
-        storage["nodes"] = [{"name": n.name, "devices": [{"name": d} for d in n.devices]} for n in s.storage.nodes]
+        storage["nodes"] = [{"name": n.name, "devices": [device_spec(d) for d in n.devices]} for n in s.storage.nodes]
     else:
         storage["deviceFilter"] = s.storage.device_filter
     cleanup = s.cleanup_policy
@@ -252,11 +316,12 @@ def cluster_spec(s: RookCephSettings) -> dict[str, Any]:
     }
 
 
-def filesystem_spec(s: RookCephSettings) -> dict[str, Any]:
-    """A CephFilesystem with one replicated data pool named `data` (Ceph pool `<fs>-data`)."""
+def filesystem_spec(s: RookCephSettings, device_class: str | None = None) -> dict[str, Any]:
+    """A CephFilesystem with one replicated data pool named `data` (Ceph pool `<fs>-data`), its pools on the
+    OSDs of ``device_class`` (see :func:`pool_spec`)."""
     return {
-        "metadataPool": pool_spec(s),
-        "dataPools": [{"name": "data", **pool_spec(s)}],
+        "metadataPool": pool_spec(s, device_class),
+        "dataPools": [{"name": "data", **pool_spec(s, device_class)}],
         "preserveFilesystemOnDelete": True,
         "preservePoolsOnDelete": True,
         "metadataServer": {

@@ -216,7 +216,8 @@ class RookCeph(pulumi.ComponentResource):
         self._fs: dict[str, list[pulumi.Resource]] = {}
         self.filesystems = {}
         for role, fs_name in (("warm", s.warm_filesystem), ("checkpoint", s.checkpoint_filesystem)):
-            fs = self._custom(f"{role}-fs", "CephFilesystem", fs_name, filesystem_spec(s), after_cluster)
+            spec = filesystem_spec(s, s.checkpoint.device_class if role == "checkpoint" else None)
+            fs = self._custom(f"{role}-fs", "CephFilesystem", fs_name, spec, after_cluster)
             group_spec = {"name": CSI_SUBVOLUME_GROUP, "filesystemName": fs_name}
             group = self._custom(
                 f"{role}-fs-csi-group", "CephFilesystemSubVolumeGroup", f"{fs_name}-csi", group_spec, [operator, fs]
@@ -289,5 +290,16 @@ class RookCeph(pulumi.ComponentResource):
             access_mode="ReadWriteMany",
             mount_options=WARM_MOUNT_OPTIONS if role == "warm" else (),
             snapshot_class=SNAPSHOT_CLASSES["cephfs"] if self._snapshot_classes else None,
+            devices=filesystem_devices(s, role, fs_name),
             depends_on=self._fs[role],
         )
+
+
+def filesystem_devices(s: RookCephSettings, role: str, fs_name: str) -> str:
+    """Which OSDs hold a filesystem's pools, in words (the StorageClass's `devices` annotation)."""
+    chosen = (s.checkpoint.device_class if role == "checkpoint" else None) or s.device_class
+    where = f"OSDs of Ceph device class {chosen}" if chosen else "every OSD of the Ceph cluster"
+    if role == "checkpoint":
+        apart = "apart from" if s.checkpoint_devices_apart() else "shared with"
+        return f"CephFilesystem {fs_name} on {where} ({apart} the warm tier's)"
+    return f"CephFilesystem {fs_name} on {where}"

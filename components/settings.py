@@ -169,6 +169,9 @@ class PlatformSettings(Section):
                 )
             )
         ceph = self.rook_ceph
+        shared = ceph.shared_devices_problem() if self.cluster.protect_stateful_resources else None
+        if shared and self.tiers.checkpoint == "cephfs":
+            found.append(shared)
         pattern = ceph.storage.device_filter
         on_nvme = pattern and any(re.search(pattern, d) for d in NVME_DEVICES)
         if ceph.enabled and self.local_nvme.enabled and on_nvme and not ceph.storage.nodes:

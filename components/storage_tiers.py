@@ -70,6 +70,8 @@ class TierClass:
     mount_options: Sequence[str] = ()
     snapshot_class: str | None = None
     """The VolumeSnapshotClass of the class's CSI driver, when the platform makes one."""
+    devices: str | None = None
+    """Which devices hold the tier's data, in words (annotated on the StorageClass), when the backend says."""
     depends_on: Sequence[pulumi.Resource] = field(default_factory=list)
     """Resources the class needs first (the CSI driver, the pool or filesystem it names)."""
 
@@ -120,6 +122,8 @@ class StorageTiers(pulumi.ComponentResource):
                 annotations["storageclass.kubernetes.io/is-default-class"] = "true"
             if spec.snapshot_class:
                 annotations["ai-storage-platform/snapshot-class"] = spec.snapshot_class
+            if spec.devices:
+                annotations["ai-storage-platform/devices"] = spec.devices
             annotations.update(record_annotations(getattr(s.decisions, tier)))
             sc = k8s.storage.v1.StorageClass(
                 f"{name}-{tier}",

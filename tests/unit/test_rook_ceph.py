@@ -293,3 +293,91 @@ def test_platform_checkpoint_snapshots_need_a_ceph_checkpoint_tier():
         load_settings("dev", {"tiers": {"checkpoint": "juicefs"}})
     assert "checkpoints.snapshots.enabled: expected the checkpoint tier on cephfs" in str(caught.value)
     assert load_settings("dev", {"tiers": {"checkpoint": "juicefs"}, "checkpoints": {"snapshots": {"enabled": False}}})
+
+
+# ---------------------------------------------------------------- the checkpoint tier's own devices
+
+
+def pool_classes(result) -> dict[str, set]:
+    """The device classes of each Rook pool-owning resource's pools, by resource name."""
+    found = {}
+    for obj in crs(result, "CephBlockPool") + crs(result, "CephFilesystem") + crs(result, "CephObjectStore"):
+        spec = obj["spec"]
+        pools = [spec] if obj["kind"] == "CephBlockPool" else [spec["metadataPool"]]
+        pools += spec.get("dataPools", []) + ([spec["dataPool"]] if "dataPool" in spec else [])
+        found[obj["metadata"]["name"]] = {pool.get("deviceClass") for pool in pools}
+    return found
+
+
+@pytest.mark.parametrize(
+    ("stack", "warm", "checkpoint"), [("dev", None, None), ("staging", "ssd", "hdd"), ("prod", "ssd", "hdd")]
+)
+def test_every_stack_puts_the_checkpoint_pools_on_their_own_device_class(render_stack, stack, warm, checkpoint):
+    result, _ = render_stack(stack)
+    assert pool_classes(result) == {"replicapool": {warm}, "ai-warm": {warm}, "ai-checkpoint": {checkpoint}}
+    annotation = by_name(result, "StorageClass", "checkpoint")["metadata"]["annotations"]["ai-storage-platform/devices"]
+    where = f"OSDs of Ceph device class {checkpoint} (apart from" if checkpoint else "every OSD of the Ceph cluster ("
+    assert annotation == f"CephFilesystem ai-checkpoint on {where}" + (
+        " the warm tier's)" if checkpoint else "shared with the warm tier's)"
+    )
+    assert all(validate_custom_resource(o) == [] for o in crs(result, "CephFilesystem"))
+
+
+def test_rgw_pools_follow_the_warm_class(build):
+    result, _ = build(lambda: rook(RookCephSettings(device_class="ssd", checkpoint={"deviceClass": "nvme"}), rgw=True))
+    assert pool_classes(result) == {
+        "replicapool": {"ssd"},
+        "ai-warm": {"ssd"},
+        "ai-checkpoint": {"nvme"},
+        "ai-objects": {"ssd"},
+    }
+
+
+def test_a_disk_can_be_given_the_device_class_its_osd_gets(build):
+    nodes = [{"name": "node-a", "devices": ["sdb", {"name": "sdc", "deviceClass": "checkpoint"}]}]
+    result, _ = build(lambda: rook(RookCephSettings.model_validate({"storage": {"nodes": nodes}})))
+    cluster = crs(result, "CephCluster")[0]
+    assert cluster["spec"]["storage"]["nodes"][0]["devices"] == [
+        {"name": "sdb"},
+        {"name": "sdc", "config": {"deviceClass": "checkpoint"}},
+    ]
+    assert validate_custom_resource(cluster) == []
+
+
+PROTECTED = {"cluster": {"protectStatefulResources": True}}
+
+
+@pytest.mark.parametrize(
+    ("ceph", "got"),
+    [
+        ({"deviceClass": None, "checkpoint": {"deviceClass": None}}, "None"),
+        ({"deviceClass": None, "checkpoint": {"deviceClass": "hdd"}}, "'hdd'"),
+        ({"deviceClass": "ssd", "checkpoint": {"deviceClass": "ssd"}}, "'ssd'"),
+    ],
+)
+def test_a_protected_stack_refuses_checkpoint_pools_on_the_warm_tiers_devices(ceph, got):
+    with pytest.raises(SettingsError) as caught:
+        load_settings("prod", {"rookCeph": ceph})
+    lines = [line for line in str(caught.value).splitlines() if "rookCeph.checkpoint.deviceClass" in line]
+    assert len(lines) == 1
+    assert "expected a device class other than rookCeph.deviceClass" in lines[0] and f"got {got}" in lines[0]
+    assert "rookCeph.checkpoint.shareWarmDevices: true" in lines[0]
+    shared = {**ceph, "checkpoint": {**ceph["checkpoint"], "shareWarmDevices": True}}
+    assert load_settings("prod", {"rookCeph": shared}).rook_ceph.checkpoint.share_warm_devices is True
+
+
+def test_an_unprotected_stack_may_share_devices_and_a_checkpoint_tier_off_ceph_needs_no_class():
+    assert load_settings("dev", {}).rook_ceph.checkpoint_devices_apart() is False
+    off_ceph = {"rookCeph": {"checkpoint": {"deviceClass": None}}, "tiers": {"checkpoint": "juicefs"}}
+    off_ceph["checkpoints"] = {"snapshots": {"enabled": False}}
+    assert load_settings("prod", off_ceph).tiers.checkpoint == "juicefs"
+
+
+def test_the_cli_refuses_shared_checkpoint_devices_in_prod_with_one_line_and_exit_2(tmp_path, capsys):
+    path = tmp_path / "Pulumi.prod.yaml"
+    config = {"ai-storage-platform:rookCeph": {"checkpoint": {"deviceClass": "ssd"}}}
+    path.write_text(yaml.safe_dump({"config": config}))
+    assert main(["render", "--stack", "prod", "--config-file", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "rookCeph.checkpoint.deviceClass: expected a device class other than rookCeph.deviceClass (ssd)" in err
+    assert "Traceback" not in err and not (tmp_path / "out").exists()
