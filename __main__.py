@@ -34,4 +34,5 @@ if platform.teams is not None:
     pulumi.export("teamNamespaces", platform.teams.namespaces)
 if platform.metadata is not None:
     pulumi.export("metadataEngine", platform.metadata.engine)
+    pulumi.export("metadataFlavor", platform.metadata.flavor)
     pulumi.export("metadataService", platform.metadata.host)

@@ -7,8 +7,10 @@ Every file of the cold tier is reachable only through this engine, so the stack 
   (``redis_sentinel``); clients find the primary through the Sentinels;
 * ``elasticache``: Amazon ElastiCache with Multi-AZ failover and TLS, for S3 stacks (``elasticache``).
 
-Moving a file system to another engine moves its metadata (dump, load, fsck: see docs/runbook.md), so a
-protected stack refuses a change of engine it was not told about (``migration_guard``).
+Each in-cluster layout runs Redis or Valkey (``flavor``), and ElastiCache runs the engine of that name.
+
+Moving a file system to another engine or flavor moves its metadata (dump, load, fsck: see docs/runbook.md), so
+a protected stack refuses a change of either that it was not told about (``check_migration``).
 """
 
 from __future__ import annotations
@@ -56,9 +58,9 @@ class MetadataSettings(RedisSettings):
     accept_node_loss_risk: bool = False
     """Allow, in a protected stack, a layout that cannot survive the loss of one node (standalone, fewer than
     2 replicas or 3 Sentinels, or pods allowed to share a node)."""
-    migrated_from: Engine | None = None
-    """The engine this stack's metadata was moved from by the runbook's procedure; lets a protected stack change
-    `engine` (see docs/runbook.md)."""
+    migrated_from: Literal["standalone", "sentinel", "elasticache", "redis", "valkey"] | None = None
+    """The engine or flavor this stack's metadata was moved from by the runbook's procedure; lets a protected
+    stack change `engine` or `flavor`, one at a time (see docs/runbook.md)."""
 
     def problems(self) -> list[Problem]:
         """Replication settings that contradict each other; the managed engine needs its network."""
@@ -110,7 +112,7 @@ class MetadataSettings(RedisSettings):
 def statefulset_spec(s: MetadataSettings, labels: dict[str, str], exporter: Resources | None = None) -> dict[str, Any]:
     """The standalone Redis StatefulSet's ``spec``: one server with the config Secret's redis.conf, the
     durability flags on its command line, ping probes and a data volume (and a redis_exporter with ``exporter``)."""
-    containers = [data_container(s, ["redis-server", "/etc/redis/redis.conf", *durability_flags()])]
+    containers = [data_container(s, [f"{s.flavor}-server", "/etc/redis/redis.conf", *durability_flags()])]
     if exporter:
         containers.append(exporter_container(exporter, PORT))
     config = {"name": "config", "secret": {"secretName": CONFIG_SECRET}}
@@ -136,7 +138,7 @@ def standalone_engine(
     password = engine_password(name, child)
     files = {"redis.conf": password.result.apply(lambda p: redis_conf(s, p))}
     config = config_secret(name, ns.metadata.name, password.result, files, (PORT,) if exporter else (), child)
-    labels = kube.labels("redis", "metadata-engine")
+    labels = kube.labels(s.flavor, "metadata-engine")
     service = k8s.core.v1.Service(
         f"{name}-service",
         metadata={"name": "redis", "namespace": ns.metadata.name, "labels": labels},
@@ -145,7 +147,7 @@ def standalone_engine(
     )
     k8s.apps.v1.StatefulSet(
         f"{name}-redis",
-        metadata=kube.workload_metadata("redis", ns.metadata.name, s.resources, labels),
+        metadata=kube.workload_metadata(s.flavor, ns.metadata.name, s.resources, labels),
         spec=statefulset_spec(s, labels, exporter),
         opts=kube.stateful(parent, protect, depends_on=[config, service]),
     )
@@ -162,18 +164,33 @@ def previous_engine(outputs: Mapping[str, Any]) -> str | None:
     return "standalone" if outputs.get("metadataService") else None
 
 
-def migration_problem(previous: str | None, s: MetadataSettings, protected: bool) -> Problem | None:
-    """A change of engine a protected stack was not told about: it would point every client at an empty
-    engine while the file system's metadata stays in the old one."""
-    if not protected or previous in (None, s.engine) or s.migrated_from == previous:
+def previous_flavor(outputs: Mapping[str, Any]) -> str | None:
+    """The flavor a stack's last update deployed: its `metadataFlavor` output; stacks deployed before Valkey
+    was a choice ran Redis."""
+    if outputs.get("metadataFlavor"):
+        return str(outputs["metadataFlavor"])
+    return "redis" if previous_engine(outputs) else None
+
+
+def migration_problem(
+    previous: str | None, s: MetadataSettings, protected: bool, previous_flavor: str | None = None
+) -> Problem | None:
+    """A change of engine or flavor a protected stack was not told about: it would point every client at an
+    empty engine while the file system's metadata stays in the old one (and Valkey 8 cannot even read Redis 8's
+    data files)."""
+    if not protected:
         return None
-    return Problem(
-        "metadata.engine",
-        f"expected {previous} (the engine that holds this file system's metadata)",
-        s.engine,
-        f"moving the metadata is a procedure, not a setting: follow {RUNBOOK} (dump, load, fsck), then set "
-        f"metadata.migratedFrom: {previous}",
-    )
+    for key, before, now in (("engine", previous, s.engine), ("flavor", previous_flavor, s.flavor)):
+        if before in (None, now) or s.migrated_from == before:
+            continue
+        return Problem(
+            f"metadata.{key}",
+            f"expected {before} (the {key} that holds this file system's metadata)",
+            now,
+            f"moving the metadata is a procedure, not a setting: follow {RUNBOOK} (dump, load, fsck), then set "
+            f"metadata.migratedFrom: {before}",
+        )
+    return None
 
 
 @dataclass
@@ -186,6 +203,8 @@ class MetadataEngineArgs:
     previous_engine: pulumi.Input[str | None] = None
     """The engine the stack's last update deployed (its `metadataEngine` output); a protected stack refuses to
     change it unless `migratedFrom` names it."""
+    previous_flavor: pulumi.Input[str | None] = None
+    """The flavor the stack's last update deployed (its `metadataFlavor` output), guarded the same way."""
     exporter: Resources | None = None
     """Run a redis_exporter (metrics on port 9121) beside every Redis and Sentinel, with these resources."""
 
@@ -195,6 +214,8 @@ class MetadataEngine(pulumi.ComponentResource):
 
     engine: str
     """The layout: `standalone`, `sentinel` or `elasticache`."""
+    flavor: str
+    """The server: `redis` or `valkey`."""
     host: pulumi.Output[str]
     """The DNS name clients connect to first (Redis, the Sentinels, or the managed primary endpoint)."""
     url: pulumi.Output[str]
@@ -205,12 +226,13 @@ class MetadataEngine(pulumi.ComponentResource):
     def __init__(self, name: str, args: MetadataEngineArgs, opts: pulumi.ResourceOptions | None = None):
         s = args.settings
         # Every child waits for the guard: a refused change of engine creates nothing and moves no client.
-        guard = pulumi.Output.from_input(args.previous_engine).apply(lambda p: check_migration(p, s, args.protect))
+        previous = pulumi.Output.all(args.previous_engine, args.previous_flavor)
+        guard = previous.apply(lambda p: check_migration(p[0], s, args.protect, p[1]))
         gated = pulumi.ResourceOptions(transformations=[_after(guard)])
         super().__init__(
             "ai-storage:metadata_engine:MetadataEngine", name, None, pulumi.ResourceOptions.merge(opts, gated)
         )
-        self.engine = s.engine
+        self.engine, self.flavor = s.engine, s.flavor
         if s.engine == "elasticache":
             endpoint = elasticache_engine(name, s, s.elasticache, args.protect, self)
         else:
@@ -222,16 +244,20 @@ class MetadataEngine(pulumi.ComponentResource):
         self.host = endpoint.host
         self.url = pulumi.Output.all(guard, endpoint.url).apply(lambda both: both[1])
         self.client_env = endpoint.client_env
-        self.register_outputs({"engine": self.engine, "host": self.host, "url": self.url})
+        self.register_outputs({"engine": self.engine, "flavor": self.flavor, "host": self.host, "url": self.url})
 
 
-def check_migration(previous: str | None, s: MetadataSettings, protected: bool) -> list[pulumi.Resource]:
-    """Raise the SettingsError of a refused change of engine; warn about an allowed one. No dependencies."""
-    problem = migration_problem(previous, s, protected)
+def check_migration(
+    previous: str | None, s: MetadataSettings, protected: bool, previous_flavor: str | None = None
+) -> list[pulumi.Resource]:
+    """Raise the SettingsError of a refused change of engine or flavor; warn about an allowed one. No
+    dependencies."""
+    problem = migration_problem(previous, s, protected, previous_flavor)
     if problem is not None:
         raise SettingsError([problem])
-    if previous not in (None, s.engine):
-        pulumi.log.warn(f"metadata engine changes from {previous} to {s.engine}: see {RUNBOOK}")
+    for key, before, now in (("engine", previous, s.engine), ("flavor", previous_flavor, s.flavor)):
+        if before not in (None, now):
+            pulumi.log.warn(f"metadata {key} changes from {before} to {now}: see {RUNBOOK}")
     return []
 
 

@@ -15,7 +15,7 @@ from .fluid_dataset import DatasetSettings, bucket_prefix
 from .juicefs import CHART_ACCOUNTS, MOUNT_ACCOUNT, JuiceFS, JuiceFSArgs, JuiceFSSource
 from .local_nvme import LocalNVMe, LocalNVMeArgs
 from .metadata_backup import BACKUP_ACCOUNT, BACKUP_PREFIX
-from .metadata_engine import MetadataEngine, MetadataEngineArgs, previous_engine
+from .metadata_engine import MetadataEngine, MetadataEngineArgs, previous_engine, previous_flavor
 from .monitoring import Monitoring, MonitoringArgs
 from .network_policies import NetworkPolicies, NetworkPoliciesArgs
 from .object_store import ObjectStore, ObjectStoreArgs, ScopedAccess
@@ -114,9 +114,12 @@ class Platform(pulumi.ComponentResource):
             return None
         child = pulumi.ResourceOptions(parent=self)
         m = s.monitoring
-        previous = pulumi.Output.from_input(previous_outputs).apply(lambda o: previous_engine(o or {}))
+        outputs = pulumi.Output.from_input(previous_outputs)
+        engine = outputs.apply(lambda o: previous_engine(o or {}))
+        flavor = outputs.apply(lambda o: previous_flavor(o or {}))
         exporter = m.exporter_resources if m.enabled else None
-        metadata = MetadataEngineArgs(s.metadata, s.cluster.protect_stateful_resources, previous, exporter)
+        protect = s.cluster.protect_stateful_resources
+        metadata = MetadataEngineArgs(s.metadata, protect, engine, flavor, exporter)
         self.metadata = MetadataEngine(f"{name}-metadata", metadata, child)
         store = self.object_store
         volume = self._volume_access(s)

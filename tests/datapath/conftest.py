@@ -19,9 +19,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
 
 
-def generated_config(stack: str = "dev") -> dict:
-    """The data-path config the platform generates for ``stack``, taken from a real offline run of the
-    program: the Redis config Secret, the JuiceFS volume Secret and the cold-tier StorageClass.
+def generated_config(stack: str = "dev", **overrides) -> dict:
+    """The data-path config the platform generates for ``stack`` (with settings ``overrides``, e.g.
+    ``metadata={"flavor": "valkey"}``), taken from a real offline run of the program: the Redis config Secret,
+    the JuiceFS volume Secret and the cold-tier StorageClass.
 
     Returns ``{"redis_conf": str, "volume_secret": dict[str, str], "mount_options": list[str],
     "offsite_script": str, "offsite_env": dict[str, str], "exporter_passwords": str,
@@ -29,9 +30,14 @@ def generated_config(stack: str = "dev") -> dict:
     redis_exporter's password file; the command the JuiceFS CSI mount pods run once started, with the
     driver's ``${MOUNT_POINT}`` template); the passwords are the mock engine's stand-ins for pulumi-random's.
     """
-    from components.toolchain import mock_engine, render
+    import tempfile
 
-    state = {urn.rsplit("::", 1)[-1]: reg.state for urn, reg in render.run(stack).resources.items()}
+    from components.toolchain import mock_engine, render
+    from tests.conftest import stack_file
+
+    with tempfile.TemporaryDirectory() as tmp:
+        monitor = render.run(stack, stack_file(Path(tmp), stack, overrides) if overrides else None)
+    state = {urn.rsplit("::", 1)[-1]: reg.state for urn, reg in monitor.resources.items()}
 
     def revealed(value):  # the engine's wire form of a secret: {<signature key>: <secret signature>, "value": ...}
         return value.get("value", value) if mock_engine.SECRET_SIGNATURE in value.values() else value
@@ -55,6 +61,8 @@ def generated_config(stack: str = "dev") -> dict:
         "start_script": (state.get("ai-storage-metadata-start-script") or {}).get("data", {}).get("start.sh"),
         "start_env": _env(state.get("ai-storage-metadata-redis")),
         "start_data_args": _command(state.get("ai-storage-metadata-redis"))[3:],  # after `sh start.sh data`
+        # The server program the metadata pods run (standalone: the command; Sentinel: the start script's ENGINE).
+        "server": _server(state.get("ai-storage-metadata-redis")),
     }
 
 
@@ -114,6 +122,13 @@ def _containers(state: dict) -> list[dict]:
 def _command(statefulset: dict | None) -> list[str]:
     """The command of a StatefulSet's first container."""
     return list(statefulset["spec"]["template"]["spec"]["containers"][0]["command"]) if statefulset else []
+
+
+def _server(statefulset: dict | None) -> str:
+    """The server program a metadata StatefulSet runs: its command's first word, or ``<ENGINE>-server`` when it
+    starts through the start script."""
+    command = _command(statefulset)
+    return f"{_env(statefulset)['ENGINE']}-server" if command[:1] == ["sh"] else command[0]
 
 
 def _env(statefulset: dict | None) -> dict[str, str]:
@@ -211,8 +226,7 @@ def mounted(stack, fuse_ok, generated, juicefs_flags):
 
 
 BINARIES = {
-    "redis-server": "scripts/redis8",
-    "redis-sentinel": "scripts/redis8",
+    **{program: "scripts/metadata-engines" for program in harness.ENGINE_PROGRAMS},
     "prometheus": "apt-get install prometheus",
     "promtool": "apt-get install prometheus",
     "prometheus-redis-exporter": "apt-get install prometheus-redis-exporter",

@@ -69,19 +69,21 @@ class FuseUnavailable(HarnessError):
 # binaries and small helpers
 
 
-REDIS8_BIN = Path(os.environ.get("AI_STORAGE_REDIS8", "/opt/ai-storage-platform/redis8")) / "bin"
-"""Where ``scripts/redis8`` puts Redis 8 (the major the platform ships): the only place Redis is taken from."""
-REDIS_PROGRAMS = ("redis-server", "redis-sentinel")
+ENGINES_BIN = Path(os.environ.get("AI_STORAGE_ENGINES", "/opt/ai-storage-platform/engines")) / "bin"
+"""Where ``scripts/metadata-engines`` puts Redis 8 and Valkey 8.1 (the majors the platform ships): the only place
+either is taken from."""
+FLAVORS = ("redis", "valkey")
+ENGINE_PROGRAMS = tuple(f"{flavor}-{mode}" for flavor in FLAVORS for mode in ("server", "sentinel", "cli"))
 
 
 def find_binary(name: str) -> str:
-    """Locate ``name``: Redis in :data:`REDIS8_BIN` only, anything else next to the running interpreter (the
-    venv's bin) or on PATH."""
-    if name in REDIS_PROGRAMS:
-        redis = REDIS8_BIN / name
-        if not os.access(redis, os.X_OK):
-            raise HarnessError(f"{name} not found in {REDIS8_BIN} (scripts/redis8 installs Redis 8 there)")
-        return str(redis)
+    """Locate ``name``: Redis and Valkey in :data:`ENGINES_BIN` only, anything else next to the running
+    interpreter (the venv's bin) or on PATH."""
+    if name in ENGINE_PROGRAMS:
+        program = ENGINES_BIN / name
+        if not os.access(program, os.X_OK):
+            raise HarnessError(f"{name} not found in {ENGINES_BIN} (scripts/metadata-engines installs it there)")
+        return str(program)
     candidate = Path(sys.executable).parent / name
     if candidate.exists() and os.access(candidate, os.X_OK):
         return str(candidate)
@@ -94,6 +96,8 @@ def find_binary(name: str) -> str:
 VERSIONED_PROGRAMS = {
     "redis-server": r"Redis server v=(\S+)",
     "redis-sentinel": r"Redis server v=(\S+)",
+    "valkey-server": r"Valkey server v=(\S+)",
+    "valkey-sentinel": r"Valkey server v=(\S+)",
     "prometheus-redis-exporter": r"Redis Metrics Exporter v?([0-9.]+[0-9])",
     "juicefs": r"juicefs version ([0-9.]+[0-9])",
     "prometheus": r"prometheus, version ([0-9.]+[0-9])",
@@ -275,8 +279,11 @@ class RedisHandle:
 
 
 @contextlib.contextmanager
-def redis_server(redis_conf: str, workdir: str | os.PathLike, *, timeout: float = 20) -> Iterator[RedisHandle]:
-    """Start the real ``redis-server`` on the rewritten conf; wait until an AUTHed PING answers."""
+def redis_server(
+    redis_conf: str, workdir: str | os.PathLike, *, timeout: float = 20, program: str = "redis-server"
+) -> Iterator[RedisHandle]:
+    """Start the real ``program`` (``redis-server`` or ``valkey-server``) on the rewritten conf; wait until an
+    AUTHed PING answers."""
     import redis
 
     workdir = Path(workdir)
@@ -288,7 +295,7 @@ def redis_server(redis_conf: str, workdir: str | os.PathLike, *, timeout: float 
     log_path = workdir / "redis.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [find_binary("redis-server"), str(conf_path)],
+            [find_binary(program), str(conf_path)],
             cwd=data_dir,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -297,7 +304,7 @@ def redis_server(redis_conf: str, workdir: str | os.PathLike, *, timeout: float 
         )
     handle = RedisHandle(port, redis_password(redis_conf), conf_path, data_dir, log_path, proc)
     try:
-        _wait_port(port, proc, "redis-server", log_path, timeout)
+        _wait_port(port, proc, program, log_path, timeout)
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -309,7 +316,7 @@ def redis_server(redis_conf: str, workdir: str | os.PathLike, *, timeout: float 
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise
             if time.monotonic() > deadline:
-                raise HarnessError(f"redis-server did not answer PING within {timeout}s:\n{_tail(log_path)}")
+                raise HarnessError(f"{program} did not answer PING within {timeout}s:\n{_tail(log_path)}")
             time.sleep(0.05)
         yield handle
     finally:
@@ -913,15 +920,17 @@ def datapath_stack(
     *,
     format_options: Sequence[str] = (),
     object_store: Callable[..., contextlib.AbstractContextManager[S3Handle]] | None = None,
+    server: str = "redis-server",
 ) -> Iterator[Stack]:
-    """redis-server (generated conf) + moto S3 (bucket created) + ``juicefs format`` (generated Secret).
-    ``object_store`` replaces :func:`moto_s3` (same arguments), e.g. with an S3 behind a shaped link."""
+    """``server`` (redis-server or valkey-server, the generated conf) + moto S3 (bucket created) + ``juicefs
+    format`` (generated Secret). ``object_store`` replaces :func:`moto_s3` (same arguments), e.g. with an S3
+    behind a shaped link."""
     with contextlib.ExitStack() as stack:
         if workdir is None:
             workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="datapath-"))
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
-        redis = stack.enter_context(redis_server(redis_conf, workdir))
+        redis = stack.enter_context(redis_server(redis_conf, workdir, program=server))
         s3 = stack.enter_context(
             (object_store or moto_s3)(
                 workdir,

@@ -160,7 +160,7 @@ def _node_env(base: Mapping[str, str], host: str, config_dir: Path, data_dir: Pa
         SENTINEL_PORT=str(ports[1]),
         CONFIG_DIR=str(config_dir),
         DATA_DIR=str(data_dir),
-        PATH=f"{Path(find_binary('redis-server')).parent}:{Path(find_binary('redis-sentinel')).parent}:{env['PATH']}",
+        PATH=f"{Path(find_binary(base['ENGINE'] + '-server')).parent}:{env['PATH']}",
     )
     return env
 

@@ -1,9 +1,10 @@
-"""Failover of the Sentinel metadata engine on the real programs: three redis-server and three redis-sentinel
-started from the prod stack's generated config and start script, JuiceFS formatted and mounted with the
-generated Sentinel metaurl. A writer keeps creating and fsyncing files while the primary is SIGKILLed, and again while
-it is SIGSTOPped (hung, sockets open): the Sentinels promote a replica, the mount keeps working without a
-remount, no write fails, every file whose fsync returned before the failure reads back byte-identical, and
-the write stall stays under a bound that JuiceFS's default client timeouts exceed."""
+"""Failover of the Sentinel metadata engine on the real programs, for each flavor: three redis-server and three
+redis-sentinel (or valkey-server and valkey-sentinel) started from the prod stack's generated config and start
+script, JuiceFS formatted and mounted with the generated Sentinel metaurl. A writer keeps creating and fsyncing
+files while the primary is SIGKILLed, and again while it is SIGSTOPped (hung, sockets open): the Sentinels
+promote a replica, the mount keeps working without a remount, no write fails, every file whose fsync returned
+before the failure reads back byte-identical, and the write stall stays under a bound that JuiceFS's default
+client timeouts exceed."""
 
 from __future__ import annotations
 
@@ -17,6 +18,14 @@ import pytest
 import sentinel as layout
 
 FILE_BYTES = 64 * 1024
+
+
+@pytest.fixture(scope="module", params=harness.FLAVORS)
+def generated_prod(request):
+    """The prod stack's generated config (Redis with Sentinel) in each flavor."""
+    from conftest import generated_config
+
+    return generated_config("prod", metadata={"flavor": request.param})
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +59,10 @@ def test_the_sentinel_url_formats_and_every_data_node_is_durable(cluster, volume
     assert secret["metaurl"].endswith("?read-timeout=5s&max-retry-backoff=2s")  # the client's failover timing
     # The client authenticates to the Sentinels with SENTINEL_PASSWORD (from the Secret's envs), not the URL.
     assert harness.client_env(secret) == {"SENTINEL_PASSWORD": generated_prod["password"]}
+    flavor = generated_prod["server"].removesuffix("-server")
     for node in cluster.data:
         client = cluster.client(node)
+        assert client.info("server").get(f"{flavor}_version"), f"{node.host} is not {flavor}"
         assert client.config_get("appendonly") == {"appendonly": "yes"}
         assert client.config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}
     roles = sorted(cluster.replication(n)["role"] for n in cluster.data)

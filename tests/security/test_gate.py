@@ -102,12 +102,13 @@ def test_versions_module_pins_everything():
 @pytest.mark.parametrize("protect", [True, False])
 @pytest.mark.parametrize("stack", STACKS)
 def test_stateful_resources_follow_the_protect_setting(stack, protect, backend, render_stack):
-    # dev's one Redis pod needs the opt-in once the stack is protected.
+    # dev's one Redis pod and its one Ceph disk need the opt-ins once the stack is protected.
     _, monitor = render_stack(
         stack,
         cluster={"protectStatefulResources": protect},
         objectStore={"backend": backend},
         metadata={"acceptNodeLossRisk": True},
+        rookCeph={"checkpoint": {"shareWarmDevices": True}},
     )
     assert any(checks.is_stateful(r) for r in monitor.registrations)
     assert checks.protection_problems(monitor.registrations, protect) == []

@@ -15,6 +15,7 @@ from components.metadata_engine import (
     MetadataSettings,
     migration_problem,
     previous_engine,
+    previous_flavor,
 )
 from components.sections import Resources, SettingsError
 from components.settings import load_settings
@@ -317,3 +318,89 @@ def test_a_protected_stack_updates_again_from_the_outputs_it_exported(tmp_path, 
     assert main(["render", "--stack", "prod", "--stack-outputs", str(previous), "--out", str(again)]) == 0, (
         capsys.readouterr().err
     )
+
+
+# ---------------------------------------------------------------- Valkey
+
+
+def containers(result, name: str) -> list[dict]:
+    return by_name(result, "StatefulSet", name)["spec"]["template"]["spec"]["containers"]
+
+
+def test_valkey_standalone_runs_the_valkey_image_and_programs_with_the_same_durable_config(build):
+    result, _ = build(lambda: engine(MetadataSettings(engine="standalone", flavor="valkey")))
+    (server,) = containers(result, "valkey")  # its own StatefulSet, so its claims are new, never Redis's
+    assert by_name(result, "Service", "redis")["spec"]["selector"]["app.kubernetes.io/name"] == "valkey"
+    assert server["image"] == versions.VALKEY_IMAGE and server["command"][0] == "valkey-server"
+    assert "valkey-cli -p 6379 ping" in server["livenessProbe"]["exec"]["command"][-1]
+    assert server["command"][server["command"].index("--maxmemory-policy") + 1] == "noeviction"
+    assert "redis" not in versions.VALKEY_IMAGE and ":latest" not in versions.VALKEY_IMAGE
+
+
+def test_valkey_with_sentinel_starts_valkey_programs_in_every_pod(build):
+    settings = MetadataSettings(engine="sentinel", flavor="valkey")
+    result, _ = build(lambda: engine(settings))
+    for name, port in (("valkey", 6379), ("redis-sentinel", 26379)):
+        (pod,) = containers(result, name)
+        assert pod["image"] == versions.VALKEY_IMAGE
+        assert {"name": "ENGINE", "value": "valkey"} in pod["env"]
+        assert f"valkey-cli -p {port} ping" in pod["readinessProbe"]["exec"]["command"][-1]
+    env = {e["name"]: e.get("value") for e in containers(result, "valkey")[0]["env"]}
+    assert env["INITIAL_PRIMARY"] == "valkey-0.redis.juicefs-meta.svc.cluster.local"  # the StatefulSet's pods
+    assert env["NODES"].split()[1] == "valkey-1.redis.juicefs-meta.svc.cluster.local"
+    script = by_name(result, "ConfigMap", "redis-start")["data"]["start.sh"]
+    assert 'exec "$ENGINE-server"' in script and 'exec "$ENGINE-sentinel"' in script and "redis-cli" not in script
+
+
+@pytest.mark.parametrize(
+    ("flavor", "expected"), [("redis", ("redis", "7.1", "redis7")), ("valkey", ("valkey", "8.1", "valkey8"))]
+)
+def test_elasticache_runs_the_flavors_engine_and_parameter_family(build, flavor, expected):
+    settings = MetadataSettings(
+        engine="elasticache",
+        flavor=flavor,
+        elasticache=ElastiCacheSettings(
+            **{"subnet_ids": ELASTICACHE["subnetIds"], "security_group_ids": ELASTICACHE["securityGroupIds"]}
+        ),
+    )
+    _, monitor = build(lambda: engine(settings, protect=True))
+    group = next(r for r in monitor.registrations if r.type == "aws:elasticache/replicationGroup:ReplicationGroup")
+    params = next(r for r in monitor.registrations if r.type == "aws:elasticache/parameterGroup:ParameterGroup")
+    assert (group.inputs["engine"], group.inputs["engineVersion"], params.inputs["family"]) == expected
+    assert params.inputs["parameters"] == [{"name": "maxmemory-policy", "value": "noeviction"}]
+
+
+def test_a_protected_stack_refuses_to_change_the_flavor_it_deployed():
+    valkey = MetadataSettings(flavor="valkey")
+    problem = migration_problem("sentinel", valkey, protected=True, previous_flavor="redis")
+    assert problem is not None and problem.key == "metadata.flavor" and problem.got == "valkey"
+    assert "expected redis" in problem.expected and "metadata.migratedFrom: redis" in problem.hint
+    moved = MetadataSettings(flavor="valkey", migrated_from="redis")
+    assert migration_problem("sentinel", moved, protected=True, previous_flavor="redis") is None
+    assert migration_problem("sentinel", valkey, protected=False, previous_flavor="redis") is None
+    assert migration_problem("sentinel", valkey, protected=True, previous_flavor="valkey") is None
+    # One move at a time: naming the engine left does not let the flavor change too.
+    both = MetadataSettings(engine="sentinel", flavor="valkey", migrated_from="standalone")
+    problem = migration_problem("standalone", both, protected=True, previous_flavor="redis")
+    assert problem is not None and problem.key == "metadata.flavor"
+
+
+def test_stacks_deployed_before_the_flavor_was_a_choice_ran_redis():
+    assert previous_flavor({"metadataEngine": "sentinel"}) == "redis"
+    assert previous_flavor({"metadataService": "redis.juicefs-meta.svc.cluster.local"}) == "redis"
+    assert previous_flavor({"metadataEngine": "sentinel", "metadataFlavor": "valkey"}) == "valkey"
+    assert previous_flavor({}) is None
+
+
+def test_the_cli_refuses_to_move_a_protected_stacks_metadata_to_valkey(tmp_path, capsys):
+    first = tmp_path / "first"
+    assert main(["render", "--stack", "prod", "--out", str(first)]) == 0
+    assert json.loads((first / "outputs.json").read_text())["metadataFlavor"] == "redis"
+    config = tmp_path / "Pulumi.prod.yaml"
+    config.write_text(json.dumps({"config": {"ai-storage-platform:metadata": {"flavor": "valkey"}}}))
+    out = tmp_path / "out"
+    args = ["render", "--stack", "prod", "--config-file", str(config), "--stack-outputs", str(first / "outputs.json")]
+    assert main([*args, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "metadata.flavor: expected redis" in err and "metadata.migratedFrom: redis" in err
+    assert "Traceback" not in err and not out.exists()

@@ -104,7 +104,8 @@ def test_upgrade_updates_in_place_what_the_api_server_lets_change(upgrade, stack
     assert ".spec.template.spec.containers" in " ".join(updated["StatefulSet/juicefs-meta/redis"].fields)
     assert updated["CephCluster/rook-ceph/rook-ceph"].fields == [".spec.labels", ".spec.monitoring"]
     assert without_decision_records(updated["StorageClass/warm"].fields) == [
-        ".metadata.annotations.ai-storage-platform/snapshot-class"
+        ".metadata.annotations.ai-storage-platform/devices",
+        ".metadata.annotations.ai-storage-platform/snapshot-class",
     ]
     assert set(updated["pulumi:providers:kubernetes/kubernetes"].fields) == {
         ".enableConfigMapMutable",

@@ -211,6 +211,7 @@ def test_datasets_and_space_need_juicefs_and_fluid_datasets_need_fluid():
 
 def test_vended_volumes_and_claims_follow_the_stacks_protection(render_stack):
     protected = {"cluster": {"protectStatefulResources": True}, "metadata": {"acceptNodeLossRisk": True}}
+    protected["rookCeph"] = {"checkpoint": {"shareWarmDevices": True}}  # dev's one disk holds every pool
     _, monitor = render_stack("dev", **protected)
     kinds = ("kubernetes:core/v1:PersistentVolume", "kubernetes:core/v1:PersistentVolumeClaim")
     vended = [r for r in monitor.registrations if r.type in kinds and r.name.startswith("ai-storage-teams-")]

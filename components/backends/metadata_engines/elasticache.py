@@ -24,7 +24,7 @@ _HOUR = r"([01][0-9]|2[0-3]):[0-5][0-9]"
 
 
 class ElastiCacheSettings(Section):
-    """An Amazon ElastiCache (Redis OSS) replication group with Multi-AZ failover."""
+    """An Amazon ElastiCache replication group (engine Redis OSS or Valkey, the `flavor`) with Multi-AZ failover."""
 
     node_type: str = Field("cache.r7g.large", pattern=r"^cache\.[a-z0-9]+\.[a-z0-9]+$")
     """Node type of the primary and each replica (memory-optimized `cache.r7g.*` suits metadata)."""
@@ -57,7 +57,7 @@ def elasticache_engine(
     # ElastiCache auth tokens: 16-128 printable characters, none of @ " /.
     token = random.RandomPassword(f"{name}-auth-token", length=64, special=False, opts=child)
     subnets = aws.elasticache.SubnetGroup(f"{name}-subnets", subnet_ids=e.subnet_ids, opts=child)
-    engine, version, family = versions.ELASTICACHE_ENGINE
+    engine, version, family = versions.ELASTICACHE_ENGINES[r.flavor]
     params = aws.elasticache.ParameterGroup(f"{name}-parameters", family=family, parameters=parameters(), opts=child)
     group = aws.elasticache.ReplicationGroup(
         f"{name}-replication-group",

@@ -1,8 +1,10 @@
 """Redis as the platform runs it for JuiceFS metadata: the durable configuration every data node gets.
 
 JuiceFS loses files if Redis evicts keys or drops writes, so every data node (a standalone server, a primary
-or a replica) runs with ``maxmemory-policy noeviction`` and AOF persistence. Redis runs from the official
-image (Bitnami's images were frozen in 2025).
+or a replica) runs with ``maxmemory-policy noeviction`` and AOF persistence. The server is Redis or Valkey
+(``flavor``), each from its official image (Bitnami's images were frozen in 2025); both read the same
+redis.conf and speak the same protocol (JuiceFS's ``redis://``), but Valkey 8 cannot read the data files of
+Redis 8 (RDB format 12), so a flavor is chosen once per file system.
 """
 
 from __future__ import annotations
@@ -32,8 +34,17 @@ EXPORTER_PASSWORDS = "exporter-passwords.json"
 """Config Secret key: the password of each address a redis_exporter scrapes (its ``-redis.password-file``)."""
 
 
+Flavor = Literal["redis", "valkey"]
+IMAGES: dict[str, str] = {"redis": versions.REDIS_IMAGE, "valkey": versions.VALKEY_IMAGE}
+"""The official image of each flavor; its programs are ``<flavor>-server``, ``-sentinel`` and ``-cli``."""
+
+
 class RedisSettings(Section):
-    """The Redis data nodes the platform runs in the cluster (one, or a primary and its replicas)."""
+    """The Redis (or Valkey) data nodes the platform runs in the cluster (one, or a primary and its replicas)."""
+
+    flavor: Flavor = "redis"
+    """The server: `redis` (Redis 8, AGPLv3/RSALv2/SSPLv1) or `valkey` (Valkey 8.1, BSD-3); on AWS the
+    ElastiCache engine too. Changing it moves the metadata (docs/runbook.md)."""
 
     storage_size: Quantity = "10Gi"
     """Size of each Redis data PVC (AOF and RDB files)."""
@@ -89,9 +100,10 @@ def redis_conf(settings: RedisSettings, password: str, *extra: str) -> str:
     )
 
 
-def ping_probe(port: int) -> dict[str, Any]:
-    """An exec probe that authenticates with the mounted password and expects PONG from ``port``."""
-    ping = f'REDISCLI_AUTH="$(cat {CONFIG_DIR}/password)" redis-cli -p {port} ping | grep -q PONG'
+def ping_probe(flavor: Flavor, port: int) -> dict[str, Any]:
+    """An exec probe that authenticates with the mounted password and expects PONG from ``port`` (the
+    flavor's cli; valkey-cli reads REDISCLI_AUTH too)."""
+    ping = f'REDISCLI_AUTH="$(cat {CONFIG_DIR}/password)" {flavor}-cli -p {port} ping | grep -q PONG'
     return {"exec": {"command": ["sh", "-c", ping]}, "timeoutSeconds": 5}
 
 
@@ -101,11 +113,11 @@ def durability_flags() -> list[str]:
 
 
 def data_container(settings: RedisSettings, command: list[str], *mounts: dict[str, Any]) -> dict[str, Any]:
-    """A Redis data node's container: the pinned image, ``command``, ping probes and the data volume."""
-    probe = ping_probe(PORT)
+    """A data node's container: the flavor's pinned image, ``command``, ping probes and the data volume."""
+    probe = ping_probe(settings.flavor, PORT)
     return kube.container(
         "redis",
-        versions.REDIS_IMAGE,
+        IMAGES[settings.flavor],
         settings.resources,
         command=command,
         ports=[{"name": "redis", "containerPort": PORT}],

@@ -5,9 +5,10 @@ StatefulSet of Sentinels, each pod on its own node, with PodDisruptionBudgets. O
 nodes and the Sentinels; a JuiceFS client needs the Sentinel URL (``redis://:PASSWORD@MASTER,S1,S2:26379/DB``,
 the form the JuiceFS docs give, plus client timeouts) and ``SENTINEL_PASSWORD`` in its environment. Every pod
 starts through one script (``redis-start.sh``) that finds the current primary (ask the Sentinels, else a data
-node that has replicas, else the initial primary) and then runs ``redis-server`` or ``redis-sentinel``; the
-data-path tests run that script on the real binaries. A little over 300 lines: one system (the layout's settings,
-its config files, both pod specs and their wiring), which reads best in one place.
+node that has replicas, else the initial primary) and then runs ``<flavor>-server`` or ``<flavor>-sentinel``
+(Redis or Valkey, from ``ENGINE``); the data-path tests run that script on the real binaries of both. A little
+over 300 lines: one system (the layout's settings, its config files, both pod specs and their wiring), which
+reads best in one place.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field
 
-from ...common import kube, versions
+from ...common import kube
 from ...sections import DnsLabel, Resources, Section
 from .redis import (
     CONFIG_DIR,
     CONFIG_SECRET,
+    IMAGES,
     PORT,
     MetadataEndpoint,
     RedisSettings,
@@ -108,8 +110,8 @@ def sentinel_conf(s: SentinelSettings, password: str) -> str:
 
 
 def start_script() -> str:
-    """The start script of every pod: ``start.sh data|sentinel [redis-server flags]``. It reads its
-    addresses from the environment (SELF_HOST, NODES, SENTINELS, REDIS_PORT, SENTINEL_PORT, MASTER_NAME,
+    """The start script of every pod: ``start.sh data|sentinel [server flags]``. It reads the flavor and its
+    addresses from the environment (ENGINE, SELF_HOST, NODES, SENTINELS, REDIS_PORT, SENTINEL_PORT, MASTER_NAME,
     INITIAL_PRIMARY, CONFIG_DIR, DATA_DIR)."""
     return (Path(__file__).parent / "redis-start.sh").read_text()
 
@@ -118,11 +120,12 @@ def dns(pod: str, service: str, namespace: str) -> str:
     return f"{pod}.{service}.{namespace}.svc.cluster.local"
 
 
-def start_env(s: SentinelSettings, namespace: str, service: str) -> list[dict[str, Any]]:
-    """The start script's environment in a pod of ``service``: its own DNS name and every peer's."""
-    nodes = [dns(f"{DATA_SERVICE}-{i}", DATA_SERVICE, namespace) for i in range(s.replicas + 1)]
+def start_env(r: RedisSettings, s: SentinelSettings, namespace: str, service: str) -> list[dict[str, Any]]:
+    """The start script's environment in a pod of ``service``: the flavor, its own DNS name and every peer's."""
+    nodes = [dns(f"{r.flavor}-{i}", DATA_SERVICE, namespace) for i in range(s.replicas + 1)]  # StatefulSet pods
     sentinels = [dns(f"{SENTINEL_SERVICE}-{i}", SENTINEL_SERVICE, namespace) for i in range(s.sentinels)]
     values = {
+        "ENGINE": r.flavor,
         "SELF_HOST": dns("$(POD_NAME)", service, namespace),
         "NODES": " ".join(nodes),
         "SENTINELS": " ".join(sentinels),
@@ -149,7 +152,7 @@ def data_spec(
 ) -> dict[str, Any]:
     """The data nodes' StatefulSet ``spec``: the primary and its replicas, one per node, durable."""
     command = ["sh", f"{SCRIPTS_DIR}/start.sh", "data", *durability_flags()]
-    containers = [{**data_container(r, command, SCRIPTS_MOUNT), "env": start_env(s, namespace, DATA_SERVICE)}]
+    containers = [{**data_container(r, command, SCRIPTS_MOUNT), "env": start_env(r, s, namespace, DATA_SERVICE)}]
     if exporter:
         containers.append(exporter_container(exporter, PORT))
     template = kube.pod_template(
@@ -169,16 +172,20 @@ def data_spec(
 
 
 def sentinel_spec(
-    s: SentinelSettings, namespace: str, labels: dict[str, str], exporter: Resources | None = None
+    r: RedisSettings,
+    s: SentinelSettings,
+    namespace: str,
+    labels: dict[str, str],
+    exporter: Resources | None = None,
 ) -> dict[str, Any]:
     """The Sentinels' StatefulSet ``spec``: one per node, their rewritable config on an emptyDir."""
-    probe = ping_probe(SENTINEL_PORT)
+    probe = ping_probe(r.flavor, SENTINEL_PORT)
     sentinel = kube.container(
         "sentinel",
-        versions.REDIS_IMAGE,
+        IMAGES[r.flavor],
         s.resources,
         command=["sh", f"{SCRIPTS_DIR}/start.sh", "sentinel"],
-        env=start_env(s, namespace, SENTINEL_SERVICE),
+        env=start_env(r, s, namespace, SENTINEL_SERVICE),
         ports=[{"name": "sentinel", "containerPort": SENTINEL_PORT}],
         livenessProbe={**probe, "initialDelaySeconds": 30, "periodSeconds": 15},
         readinessProbe={**probe, "periodSeconds": 5},
@@ -273,7 +280,7 @@ def sentinel_engine(
     child = pulumi.ResourceOptions(parent=parent)
     password = engine_password(name, child)
     config, scripts = _config(name, r, s, password.result, ns, exporter, child)
-    data_labels = kube.labels("redis", "metadata-engine")
+    data_labels = kube.labels(r.flavor, "metadata-engine")
     sentinel_labels = kube.labels("redis-sentinel", "metadata-engine")
     data_service = _headless(f"{name}-service", DATA_SERVICE, PORT, ns, data_labels, parent)
     sentinel_service = _headless(
@@ -281,14 +288,14 @@ def sentinel_engine(
     )
     data = k8s.apps.v1.StatefulSet(
         f"{name}-redis",
-        metadata=kube.workload_metadata("redis", ns.metadata.name, r.resources, data_labels),
+        metadata=kube.workload_metadata(r.flavor, ns.metadata.name, r.resources, data_labels),
         spec=data_spec(r, s, namespace, data_labels, exporter),
         opts=kube.stateful(parent, protect, depends_on=[config, scripts, data_service]),
     )
     sentinels = k8s.apps.v1.StatefulSet(
         f"{name}-sentinel",
         metadata=kube.workload_metadata("redis-sentinel", ns.metadata.name, s.resources, sentinel_labels),
-        spec=sentinel_spec(s, namespace, sentinel_labels, exporter),
+        spec=sentinel_spec(r, s, namespace, sentinel_labels, exporter),
         opts=pulumi.ResourceOptions(parent=parent, depends_on=[config, scripts, sentinel_service]),
     )
     kube.budget(f"{name}-budget", "redis", ns.metadata.name, data_labels, parent, [data])
