@@ -8,7 +8,7 @@ Where to look:
   first, then ``commit.py``; ``dcp.py`` and ``dcp_reader.py`` plug it into ``torch.distributed.checkpoint``,
   ``async_save.py`` saves in the background);
 - ``data/``: datasets packed into WebDataset shards with a manifest, staged onto local volumes and read for
-  training (read ``manifest.py`` first);
+  training (read ``manifest.py`` first), and trained models published the same way (``artifacts.py``);
 - ``doctor/``: ``python -m ai_storage_training doctor``, the storage diagnosis (read ``command.py`` first);
 - ``metrics.py`` (what the platform's alerts read), ``progress.py``, the command line (``cli.py``,
   ``cli_types.py``, ``__main__.py``).

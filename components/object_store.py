@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field
 
-from .backends.object_stores.bucket import Bucket, ScopedAccess, check_prefix
+from .backends.object_stores.bucket import ROLE_ANNOTATION, Bucket, ScopedAccess, check_prefix, object_url
 from .backends.object_stores.ceph_rgw import RgwScopes, rgw_bucket
 from .backends.object_stores.minio import MinioSettings, minio_bucket
 from .backends.object_stores.s3 import S3Settings, s3_bucket
@@ -133,8 +133,10 @@ class ObjectStore(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
         *,
         also_trusted: Sequence[tuple[str, str]] = (),
+        read_only: bool = False,
     ) -> ScopedAccess:
-        """Credentials that list, read, write and delete only under ``prefix`` (e.g. ``checkpoints/vision/``), for
+        """Credentials that list, read, write and delete (``read_only``: list and read) only under ``prefix`` (e.g.
+        ``checkpoints/vision/``), for
         the pods of ``service_account`` (namespace, name): on S3 with `oidcProviderArn`, a role only that service
         account (and ``also_trusted``) can assume; otherwise keys, and the service account is only recorded.
         ``name`` (a DNS label, unique per store) names the user, role or Job."""
@@ -142,9 +144,47 @@ class ObjectStore(pulumi.ComponentResource):
         if name in self.scopes:
             raise ValueError(f"object-store scope {name!r} exists already (prefix {self.scopes[name].prefix!r})")
         child = pulumi.ResourceOptions.merge(pulumi.ResourceOptions(parent=self), opts)
-        access = self._scope(name, prefix, [service_account, *also_trusted], child)
+        access = self._scope(name, prefix, [service_account, *also_trusted], child, read_only)
         self.scopes[name] = access
         return access
+
+    def deliver(
+        self,
+        name: str,
+        access: ScopedAccess,
+        namespace: str,
+        names: tuple[str, str, str],
+        labels: Mapping[str, str],
+        opts: pulumi.ResourceOptions,
+    ) -> None:
+        """Put scoped ``access`` where a namespace's pods find it. ``names`` = (ServiceAccount, Secret,
+        ConfigMap): the ServiceAccount the pods run as (with the IAM role annotation under IRSA), the Secret with
+        `access-key` and `secret-key` (none under IRSA), the ConfigMap with `url` and `sync-flags` (the prefix as
+        `juicefs sync` names it), `endpoint`, `bucket` and `prefix` (for S3 clients)."""
+        account, credentials, target_name = names
+        meta: dict[str, Any] = {"name": account, "namespace": namespace, "labels": dict(labels)}
+        if access.role_arn is not None:
+            meta["annotations"] = {ROLE_ANNOTATION: access.role_arn}
+        else:
+            k8s.core.v1.Secret(
+                f"{name}-credentials",
+                metadata={"name": credentials, "namespace": namespace, "labels": dict(labels)},
+                type="Opaque",
+                string_data={"access-key": access.access_key, "secret-key": access.secret_key},
+                opts=opts,
+            )
+        # EKS mounts the role's web identity token itself: the pods need no API token.
+        k8s.core.v1.ServiceAccount(f"{name}-account", metadata=meta, automount_service_account_token=False, opts=opts)
+        target = self.bucket_url.apply(lambda url: object_url(self.storage_type, url, access.prefix))
+        data = {
+            "url": target.apply(lambda t: t[0]),
+            "sync-flags": target.apply(lambda t: " ".join(t[1])),
+            "endpoint": self.endpoint,
+            "bucket": self.bucket,
+            "prefix": access.prefix,
+        }
+        meta = {"name": target_name, "namespace": namespace, "labels": dict(labels)}
+        k8s.core.v1.ConfigMap(f"{name}-target", metadata=meta, data=data, opts=opts)
 
     def finish(self) -> None:
         """Write what needs every scope at once (the ceph-rgw bucket policy); call after the last scoped_access."""

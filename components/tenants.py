@@ -9,7 +9,8 @@ creates, for each team in ``teams.workspaces``:
   create it);
 - for offsite checkpoint copies: the ServiceAccount ``offsite`` (with the IAM role annotation under IRSA), the
   ConfigMap ``offsite-target`` (where copies go) and the Secret ``offsite-credentials`` with keys that reach
-  only ``checkpoints/<namespace>/`` of the bucket;
+  only ``checkpoints/<namespace>/`` of the bucket; for trained models the same three (``artifacts``) for
+  ``artifacts/<team>/``, and read-only ones in each of its ``artifactReaders`` (``artifacts``);
 - read-only claims on the shared datasets it may read: static JuiceFS PersistentVolumes that mount only
   ``/datasets/<name>``, or Fluid reference Datasets (``dataset://``) of the platform's Fluid datasets; and its
   writable space, a claim on ``/teams/<name>``. JuiceFS volumes are mounted by the CSI driver, whose volume
@@ -28,8 +29,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field, model_validator
 
-from . import volcano
-from .backends.object_stores.bucket import ROLE_ANNOTATION, object_url
+from . import artifacts, volcano
 from .checkpoints import OFFSITE_PREFIX
 from .common import kube
 from .fluid_dataset import API as FLUID_API
@@ -80,6 +80,12 @@ class TeamNamespace(Section):
     offsite: bool = True
     """Vend what offsite checkpoint copies need: the `offsite` ServiceAccount, the `offsite-target` ConfigMap and
     credentials that reach only `checkpoints/<namespace>/`."""
+    artifacts: bool = True
+    """Vend keys that write only `artifacts/<name>/` of the bucket, where the team publishes trained models
+    (ServiceAccount `artifacts`, Secret `artifacts-credentials`, ConfigMap `artifacts-target`)."""
+    artifact_readers: list[DnsLabel] = []
+    """Namespaces of the services that serve the team's models: each gets read-only keys to `artifacts/<name>/`
+    (`artifacts-<name>-credentials`). Each must exist, or be another team's namespace."""
 
     @property
     def namespace_name(self) -> str:
@@ -99,6 +105,11 @@ class TeamNamespace(Section):
                 hint = f"a claim name is unique in a namespace ('{SPACE_CLAIM}' is the writable space's)"
                 found.append(Problem("datasets", "expected each dataset once", claim, hint))
             seen.add(claim)
+        readers = self.artifact_readers
+        if len(set(readers)) < len(readers) or (readers and not self.artifacts):
+            expected = "distinct namespaces, with artifacts: true" if readers else "no readers"
+            hint = "readers read what the team publishes: name each serving namespace once and keep artifacts on"
+            found.append(Problem("artifactReaders", f"expected {expected}", readers, hint))
         cold = [("space", self.space)] if self.space else []
         cold += [(f"datasets[{i}]", STATIC_REQUEST) for i in range(len(self.datasets))]
         return found + over_quota(self.quota, {"cold": cold})
@@ -192,13 +203,28 @@ class Teams(pulumi.ComponentResource):
     def __init__(self, name: str, args: TeamsArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ai-storage:tenants:Teams", name, None, opts)
         self.namespaces = {}
+        self._made: dict[str, pulumi.Resource] = {}
         for team in args.settings.workspaces:
             self.namespaces[team.name] = self._team(f"{name}-{team.name}", team, args)
+        for team in args.settings.workspaces:  # once every vended namespace exists: readers may be teams
+            if team.artifacts:
+                after = {ns: pulumi.ResourceOptions(parent=self, depends_on=[made]) for ns, made in self._made.items()}
+                child = pulumi.ResourceOptions(parent=self, depends_on=[self._made[team.namespace_name]])
+                artifacts.vend(
+                    f"{name}-{team.name}",
+                    team.name,
+                    team.namespace_name,
+                    team.artifact_readers,
+                    args.object_store,
+                    child,
+                    after,
+                )
         self.register_outputs({"namespaces": self.namespaces})
 
     def _team(self, name: str, t: TeamNamespace, args: TeamsArgs) -> pulumi.Output[str]:
         ns_name = t.namespace_name
         ns = kube.namespace(f"{name}-ns", ns_name, t.pod_security, self, {TEAM_LABEL: t.name})
+        self._made[ns_name] = ns
         child = pulumi.ResourceOptions(parent=self, depends_on=[ns])
         labels = {**kube.labels("team", "quota"), TEAM_LABEL: t.name}
         meta = {"name": "storage", "namespace": ns_name, "labels": labels}
@@ -220,36 +246,13 @@ class Teams(pulumi.ComponentResource):
         return ns.metadata.name
 
     def _offsite(self, name: str, t: TeamNamespace, store: ObjectStore, opts: pulumi.ResourceOptions) -> None:
-        """Access to the team's prefix of the bucket only (``ObjectStore.scoped_access``): keys in a Secret, or
-        under IRSA the role on the ServiceAccount; and the ConfigMap naming the prefix."""
+        """Access to the team's prefix of the bucket only (``ObjectStore.scoped_access``), delivered into the
+        namespace (``ObjectStore.deliver``)."""
         ns_name = t.namespace_name
-        prefix = f"{OFFSITE_PREFIX}{ns_name}/"
-        access = store.scoped_access(f"team-{t.name}", prefix, (ns_name, OFFSITE_ACCOUNT))
+        access = store.scoped_access(f"team-{t.name}", f"{OFFSITE_PREFIX}{ns_name}/", (ns_name, OFFSITE_ACCOUNT))
         labels = {**kube.labels("checkpoint-offsite", t.name), TEAM_LABEL: t.name}
-        meta: dict[str, Any] = {"name": OFFSITE_ACCOUNT, "namespace": ns_name, "labels": labels}
-        if access.role_arn is not None:
-            meta["annotations"] = {ROLE_ANNOTATION: access.role_arn}
-        else:
-            k8s.core.v1.Secret(
-                f"{name}-offsite-credentials",
-                metadata={"name": OFFSITE_CREDENTIALS, "namespace": ns_name, "labels": labels},
-                type="Opaque",
-                string_data={"access-key": access.access_key, "secret-key": access.secret_key},
-                opts=opts,
-            )
-        # EKS mounts the role's web identity token itself: the pods need no API token.
-        k8s.core.v1.ServiceAccount(
-            f"{name}-offsite-account", metadata=meta, automount_service_account_token=False, opts=opts
-        )
-        target = pulumi.Output.from_input(store.bucket_url).apply(
-            lambda url: object_url(store.storage_type, url, prefix)
-        )
-        k8s.core.v1.ConfigMap(
-            f"{name}-offsite-target",
-            metadata={"name": OFFSITE_TARGET, "namespace": ns_name, "labels": labels},
-            data={"url": target.apply(lambda t: t[0]), "sync-flags": target.apply(lambda t: " ".join(t[1]))},
-            opts=opts,
-        )
+        names = (OFFSITE_ACCOUNT, OFFSITE_CREDENTIALS, OFFSITE_TARGET)
+        store.deliver(f"{name}-offsite", access, ns_name, names, labels, opts)
 
     def _volumes(self, name: str, t: TeamNamespace, args: TeamsArgs, juicefs: JuiceFS, ns: pulumi.Resource) -> None:
         """Read-only claims on `/datasets/<name>`, and the writable claim on `/teams/<team>`."""

@@ -66,36 +66,44 @@ def generated_config(stack: str = "dev", **overrides) -> dict:
     }
 
 
-def generated_scopes(stack: str = "dev") -> dict:
+def generated_scopes(stack: str = "dev", **overrides) -> dict:
     """The scoped object-store access the platform generates for ``stack``, from real offline runs of the
     program: the IAM policy document of each prefix as the MinIO scope Jobs apply it (the stack's own backend)
     and as the AWS S3 users carry it (the same stack with ``objectStore.backend: s3``), and the metadata backup
     CronJob's script and literal environment.
+
+    Scopes are keyed by prefix, read-only ones by ``"<prefix> read-only"``; ``overrides`` are settings of both
+    renders (e.g. a team's ``artifactReaders``).
 
     Returns ``{"minio": {prefix: policy}, "s3": {prefix: policy}, "team_urls": {namespace: offsite URL},
     "backup_script": str, "backup_env": dict[str, str]}`` (a vended team's offsite copies go to its URL).
     """
     import tempfile
 
-    from components.backends.object_stores.bucket import PREFIX_ANNOTATION
+    from components.backends.object_stores.bucket import ACCESS_ANNOTATION, PREFIX_ANNOTATION
     from components.toolchain import render
     from tests.conftest import stack_file
 
     def states(monitor) -> dict[str, dict]:
         return {urn.rsplit("::", 1)[-1]: reg.state for urn, reg in monitor.resources.items()}
 
-    minio = states(render.run(stack))
     with tempfile.TemporaryDirectory() as tmp:
-        s3 = states(render.run(stack, stack_file(Path(tmp), stack, {"objectStore": {"backend": "s3"}})))
+        minio = states(render.run(stack, stack_file(Path(tmp), stack, overrides) if overrides else None))
+    with tempfile.TemporaryDirectory() as tmp:
+        s3_stack = stack_file(Path(tmp), stack, {**overrides, "objectStore": {"backend": "s3"}})
+        s3 = states(render.run(stack, s3_stack))
+
+    def scope_key(marks: dict) -> str:
+        read_only = marks.get(ACCESS_ANNOTATION) == "read-only"
+        return f"{marks[PREFIX_ANNOTATION]} read-only" if read_only else marks[PREFIX_ANNOTATION]
+
     # Each scope by the prefix its Job (MinIO) or IAM user (S3) is annotated with, not by reading the document.
     minio_policies = {}
     for state in minio.values():
         env = {e["name"]: e.get("value") for c in _containers(state) for e in c.get("env", [])}
         if "POLICY_DOCUMENT" in env:
-            minio_policies[state["metadata"]["annotations"][PREFIX_ANNOTATION]] = env["POLICY_DOCUMENT"]
-    prefixes = {
-        st["name"]: st["tags"][PREFIX_ANNOTATION] for st in s3.values() if PREFIX_ANNOTATION in st.get("tags", {})
-    }
+            minio_policies[scope_key(state["metadata"]["annotations"])] = env["POLICY_DOCUMENT"]
+    prefixes = {st["name"]: scope_key(st["tags"]) for st in s3.values() if PREFIX_ANNOTATION in st.get("tags", {})}
     s3_policies = {prefixes[st["user"]]: st["policy"] for st in s3.values() if "policy" in st and "user" in st}
     team_urls = {
         st["metadata"]["namespace"]: st["data"]["url"]

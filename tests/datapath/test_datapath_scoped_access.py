@@ -89,7 +89,8 @@ def delete(s3, *, bucket, key):
 
 @pytest.mark.parametrize("backend", ["s3", "minio"])
 def test_each_key_reaches_its_own_prefix_and_is_denied_elsewhere(backend, scopes, generated, fuse_ok, tmp_path):
-    policies = scopes[backend]
+    # Model artifacts' scopes have a test of their own (test_datapath_artifacts.py).
+    policies = {prefix: p for prefix, p in scopes[backend].items() if not prefix.startswith("artifacts/")}
     assert set(policies) == set(SCOPES), policies
     bucket = harness.bucket_name(generated["volume_secret"]["bucket"])
     iam_free = {"INITIAL_NO_AUTH_ACTION_COUNT": str(UNCHECKED)}

@@ -120,7 +120,8 @@ def test_with_keys_each_workload_gets_keys_of_its_own_prefix(render_stack):
     }
     prefixes = {json.loads(p)["Statement"][0]["Resource"].split("ai-data-x/", 1)[1] for p in policies.values()}
     teams = {f"{p}*" for p in TEAM_PREFIXES}
-    assert prefixes == {"ai-datasets/*", "meta-backups/*", "checkpoints/training/*", *teams}
+    artifacts = {f"artifacts/{t['name']}/*" for t in DEV_TEAMS}
+    assert prefixes == {"ai-datasets/*", "meta-backups/*", "checkpoints/training/*", *teams, *artifacts}
     cron = by_name(result, "CronJob", "juicefs-metadata-backup")
     pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     volumes = {v["name"]: v for v in pod["volumes"]}

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from components import tenants
-from components.backends.object_stores.bucket import prefix_policy
+from components import artifacts, tenants
+from components.backends.object_stores.bucket import ROLE_ANNOTATION, prefix_policy
 from components.fluid_dataset import DatasetSettings
 from components.juicefs import JuiceFS, JuiceFSArgs, JuiceFSSettings, JuiceFSSource
 from components.object_store import ObjectStore, ObjectStoreArgs, ObjectStoreSettings
@@ -78,8 +78,11 @@ def test_offsite_access_names_the_teams_prefix_only(build):
     assert target["data"] == {
         "url": "minio://minio.object-store.svc.cluster.local:9000/ai-datasets/checkpoints/nlp/",
         "sync-flags": "--no-https",
+        "endpoint": "http://minio.object-store.svc.cluster.local:9000",
+        "bucket": "ai-datasets",
+        "prefix": "checkpoints/nlp/",
     }
-    result, _ = teams(build, offsite=False)
+    result, _ = teams(build, offsite=False, artifacts=False)
     assert not objects(result, "ServiceAccount") and not objects(result, "ConfigMap")
 
 
@@ -103,7 +106,7 @@ def test_under_irsa_the_account_carries_the_teams_role_and_no_keys_are_delivered
     assert not [o for o in in_namespace(result, "nlp") if o["kind"] == "Secret"]
     account = by_name(result, "ServiceAccount", tenants.OFFSITE_ACCOUNT)
     (role,) = [r for r in monitor.registrations if r.type == "aws:iam/role:Role" and "team-nlp" in r.name]
-    assert account["metadata"]["annotations"] == {tenants.ROLE_ANNOTATION: f"arn:aws:iam::000000000000:{role.name}"}
+    assert account["metadata"]["annotations"] == {ROLE_ANNOTATION: f"arn:aws:iam::000000000000:{role.name}"}
     # Only the team's offsite account may assume it.
     (statement,) = json.loads(role.inputs["assumeRolePolicy"])["Statement"]
     subjects = [v for k, v in statement["Condition"]["StringEquals"].items() if k.endswith(":sub")]
@@ -152,8 +155,9 @@ def test_a_fluid_dataset_is_a_reference_and_no_credentials_reach_the_namespace(b
     assert runtime["metadata"]["namespace"] == "nlp" and runtime["spec"] == {}
     kinds = {o["kind"] for o in in_namespace(result, "nlp")}
     assert kinds.isdisjoint({"JuiceFSRuntime", "AlluxioRuntime"})
-    assert [s["metadata"]["name"] for s in in_namespace(result, "nlp") if s["kind"] == "Secret"] == [
-        tenants.OFFSITE_CREDENTIALS
+    assert sorted(s["metadata"]["name"] for s in in_namespace(result, "nlp") if s["kind"] == "Secret") == [
+        artifacts.CREDENTIALS,
+        tenants.OFFSITE_CREDENTIALS,
     ]
 
 
@@ -232,3 +236,62 @@ def test_team_offsite_copies_expire_even_when_the_platforms_own_copy_is_off():
     assert expirations(load_settings("dev", off))["checkpoints/"] == 7  # dev vends teams with offsite access
     no_teams = {**off, "teams": {"workspaces": [{"name": "a", "offsite": False}]}}
     assert "checkpoints/" not in expirations(load_settings("dev", no_teams))
+
+
+# ---------------------------------------------------------------- model artifacts
+
+
+def scope_jobs(result) -> dict[str, dict]:
+    """The MinIO scope Jobs' policy documents and annotations, by scope name."""
+    found = {}
+    for job in objects(result, "Job"):
+        env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0].get("env", [])}
+        if "POLICY_DOCUMENT" in env:
+            found[env["POLICY"].removeprefix("scope-")] = {
+                **job["metadata"]["annotations"],
+                "policy": env["POLICY_DOCUMENT"],
+            }
+    return found
+
+
+def test_a_team_gets_keys_that_write_only_its_artifacts_prefix(build):
+    result, _ = teams(build)
+    scope = scope_jobs(result)["artifacts-nlp"]
+    assert (
+        scope["ai-storage-platform/prefix"] == "artifacts/nlp/" and scope["ai-storage-platform/access"] == "read-write"
+    )
+    assert scope["policy"] == prefix_policy("ai-datasets", "artifacts/nlp/")
+    assert by_name(result, "Secret", artifacts.CREDENTIALS)["metadata"]["namespace"] == "nlp"
+    target = by_name(result, "ConfigMap", artifacts.TARGET)["data"]
+    assert (target["prefix"], target["bucket"]) == ("artifacts/nlp/", "ai-datasets")
+    result, _ = teams(build, artifacts=False)
+    assert "artifacts-nlp" not in scope_jobs(result)
+    assert artifacts.TARGET not in {c["metadata"]["name"] for c in objects(result, "ConfigMap")}
+
+
+def test_each_artifact_reader_gets_keys_that_only_list_and_read_the_teams_models(build):
+    result, _ = teams(build, artifactReaders=["serving", "batch-inference"])
+    jobs = scope_jobs(result)
+    for index, reader in enumerate(["serving", "batch-inference"]):
+        scope = jobs[f"artifacts-nlp-read-{index}"]
+        assert scope["ai-storage-platform/access"] == "read-only"
+        assert scope["ai-storage-platform/service-account"] == f"{reader}/artifacts-nlp"
+        (objects_statement, *_) = json.loads(scope["policy"])["Statement"]
+        assert objects_statement["Action"] == ["s3:GetObject"]
+        assert objects_statement["Resource"] == "arn:aws:s3:::ai-datasets/artifacts/nlp/*"
+        secret = [s for s in objects(result, "Secret") if s["metadata"]["name"] == "artifacts-nlp-credentials"]
+        assert reader in {s["metadata"]["namespace"] for s in secret}
+
+
+@pytest.mark.parametrize(
+    ("team", "got"),
+    [
+        ({"artifactReaders": ["serving", "serving"]}, "serving"),
+        ({"artifacts": False, "artifactReaders": ["serving"]}, "serving"),
+    ],
+)
+def test_a_bad_reader_list_is_refused_naming_artifact_readers(team, got):
+    with pytest.raises(SettingsError) as caught:
+        load_settings("dev", {"teams": {"workspaces": [{"name": "nlp", **team}]}})
+    (line,) = [line for line in str(caught.value).splitlines() if "artifactReaders" in line]
+    assert "teams.workspaces[0].artifactReaders: expected" in line and got in line and "Hint:" in line

@@ -30,6 +30,10 @@ OBJECT_ACTIONS = [
     "s3:ListMultipartUploadParts",
 ]
 """What scoped keys may do to the objects under their prefix."""
+READ_ACTIONS = ["s3:GetObject"]
+"""What read-only scoped keys may do to the objects under their prefix."""
+ACCESS_ANNOTATION = "ai-storage-platform/access"
+"""Annotation (tag on AWS) of a scope's user, Job or role: `read-write` or `read-only`."""
 
 
 @dataclass
@@ -55,6 +59,7 @@ class Scoper(Protocol):
         prefix: str,
         service_accounts: Sequence[tuple[str, str]],
         opts: pulumi.ResourceOptions,
+        read_only: bool = False,
     ) -> ScopedAccess: ...
 
 
@@ -68,13 +73,14 @@ def check_prefix(prefix: str) -> str:
     return prefix
 
 
-def prefix_statements(bucket: str, prefix: str) -> list[dict[str, Any]]:
-    """IAM statements that let a principal list, read, write and delete only under ``prefix`` of ``bucket``
-    (listing needs an ``s3:prefix`` condition: ListBucket is a bucket action; GetBucketLocation lets clients
-    find the bucket's region)."""
+def prefix_statements(bucket: str, prefix: str, read_only: bool = False) -> list[dict[str, Any]]:
+    """IAM statements that let a principal list, read, write and delete (``read_only``: list and read) only under
+    ``prefix`` of ``bucket`` (listing needs an ``s3:prefix`` condition: ListBucket is a bucket action;
+    GetBucketLocation lets clients find the bucket's region)."""
     arn = f"arn:aws:s3:::{bucket}"
+    actions = READ_ACTIONS if read_only else OBJECT_ACTIONS
     return [
-        {"Sid": "ObjectsUnderPrefix", "Effect": "Allow", "Action": OBJECT_ACTIONS, "Resource": f"{arn}/{prefix}*"},
+        {"Sid": "ObjectsUnderPrefix", "Effect": "Allow", "Action": actions, "Resource": f"{arn}/{prefix}*"},
         {
             "Sid": "ListUnderPrefix",
             "Effect": "Allow",
@@ -86,10 +92,16 @@ def prefix_statements(bucket: str, prefix: str) -> list[dict[str, Any]]:
     ]
 
 
-def prefix_policy(bucket: str, prefix: str) -> str:
+def prefix_policy(bucket: str, prefix: str, read_only: bool = False) -> str:
     """The IAM policy document (JSON) of :func:`prefix_statements`: the same for AWS S3 users and roles and for
     MinIO users."""
-    return json.dumps({"Version": "2012-10-17", "Statement": prefix_statements(bucket, prefix)}, sort_keys=True)
+    statements = prefix_statements(bucket, prefix, read_only)
+    return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
+
+
+def access(read_only: bool) -> str:
+    """The value of :data:`ACCESS_ANNOTATION`."""
+    return "read-only" if read_only else "read-write"
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,15 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 
 from ...common import kube
-from .bucket import ACCOUNT_ANNOTATION, PREFIX_ANNOTATION, Bucket, ScopedAccess, prefix_statements
+from .bucket import (
+    ACCESS_ANNOTATION,
+    ACCOUNT_ANNOTATION,
+    PREFIX_ANNOTATION,
+    Bucket,
+    ScopedAccess,
+    access,
+    prefix_statements,
+)
 
 RGW_USER = "juicefs"
 """CephObjectStoreUser of the `ceph-rgw` backend; it owns the bucket."""
@@ -59,12 +67,12 @@ def user_spec(
     }
 
 
-def bucket_policy(bucket: str, scopes: Sequence[tuple[str, str]]) -> str:
-    """The bucket policy (JSON) that grants each ``(user, prefix)`` scope the prefix statements, the user as
-    ``Principal`` (RGW names a user of the default tenant ``arn:aws:iam:::user/<uid>``)."""
+def bucket_policy(bucket: str, scopes: Sequence[tuple[str, str, bool]]) -> str:
+    """The bucket policy (JSON) that grants each ``(user, prefix, read_only)`` scope the prefix statements, the
+    user as ``Principal`` (RGW names a user of the default tenant ``arn:aws:iam:::user/<uid>``)."""
     statements = []
-    for user, prefix in scopes:
-        for statement in prefix_statements(bucket, prefix):
+    for user, prefix, read_only in scopes:
+        for statement in prefix_statements(bucket, prefix, read_only):
             sid = f"{statement['Sid']}{''.join(part.capitalize() for part in user.split('-'))}"
             principal = {"AWS": [f"arn:aws:iam:::user/{user}"]}
             statements.append({**statement, "Sid": sid, "Principal": principal})
@@ -105,12 +113,17 @@ class RgwScopes:
     parent: pulumi.Resource
     owner: pulumi.Resource
     """The bucket owner's CephObjectStoreUser."""
-    scopes: list[tuple[str, str]] = field(default_factory=list)
-    """(RGW user, prefix) of every scope so far."""
+    scopes: list[tuple[str, str, bool]] = field(default_factory=list)
+    """(RGW user, prefix, read-only) of every scope so far."""
     sealed: bool = False
 
     def scope(
-        self, name: str, prefix: str, service_accounts: Sequence[tuple[str, str]], opts: pulumi.ResourceOptions
+        self,
+        name: str,
+        prefix: str,
+        service_accounts: Sequence[tuple[str, str]],
+        opts: pulumi.ResourceOptions,
+        read_only: bool = False,
     ) -> ScopedAccess:
         """A CephObjectStoreUser ``scope-<name>`` with generated keys; the bucket policy grants it ``prefix``."""
         if self.sealed:
@@ -125,12 +138,16 @@ class RgwScopes:
             metadata={
                 "name": user,
                 "namespace": self.rgw.namespace,
-                "annotations": {PREFIX_ANNOTATION: prefix, ACCOUNT_ANNOTATION: f"{ns}/{account}"},
+                "annotations": {
+                    PREFIX_ANNOTATION: prefix,
+                    ACCOUNT_ANNOTATION: f"{ns}/{account}",
+                    ACCESS_ANNOTATION: access(read_only),
+                },
             },
             spec=user_spec(self.rgw.store, f"rgw-{user}-keys", f"Scope {prefix} of the AI storage platform"),
             opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[*self.rgw.depends_on, keys])),
         )
-        self.scopes.append((user, prefix))
+        self.scopes.append((user, prefix, read_only))
         return ScopedAccess(prefix, access_key, secret_key, None)
 
     def bucket_claim(self) -> None:

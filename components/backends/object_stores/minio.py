@@ -21,7 +21,16 @@ from pydantic import Field
 
 from ...common import kube, versions
 from ...sections import Problem, Quantity, Resources, Section
-from .bucket import ACCOUNT_ANNOTATION, PREFIX_ANNOTATION, Bucket, ScopedAccess, Scoper, prefix_policy
+from .bucket import (
+    ACCESS_ANNOTATION,
+    ACCOUNT_ANNOTATION,
+    PREFIX_ANNOTATION,
+    Bucket,
+    ScopedAccess,
+    Scoper,
+    access,
+    prefix_policy,
+)
 
 PORT = 9000
 ROOT_DIR = "/run/secrets/minio-root"
@@ -179,15 +188,20 @@ def minio_scoper(store: str, bucket: str, ns: k8s.core.v1.Namespace, namespace: 
     by its own Job once MinIO (``after``) is up."""
 
     def scope(
-        name: str, prefix: str, service_accounts: Sequence[tuple[str, str]], opts: pulumi.ResourceOptions
+        name: str,
+        prefix: str,
+        service_accounts: Sequence[tuple[str, str]],
+        opts: pulumi.ResourceOptions,
+        read_only: bool = False,
     ) -> ScopedAccess:
         user = random.RandomString(f"{store}-{name}-user", length=20, special=False, upper=False, opts=opts)
         password = random.RandomPassword(f"{store}-{name}-password", length=40, special=False, opts=opts)
         access_key: pulumi.Output[str] = pulumi.Output.secret(user.result)
-        policy = prefix_policy(bucket, prefix)
+        policy = prefix_policy(bucket, prefix, read_only)
         ns_name, account = service_accounts[0]
         labels = {**kube.labels("minio-scope", "object-store"), "ai-storage-platform/scope": name}
         scope_annotations = {PREFIX_ANNOTATION: prefix, ACCOUNT_ANNOTATION: f"{ns_name}/{account}"}
+        scope_annotations[ACCESS_ANNOTATION] = access(read_only)
         keys_name = f"minio-scope-{name}"[:63]
         keys = k8s.core.v1.Secret(
             f"{store}-{name}-keys",

@@ -19,7 +19,16 @@ from pydantic_core import PydanticCustomError
 
 from ...common import kube
 from ...sections import Section
-from .bucket import ACCOUNT_ANNOTATION, PREFIX_ANNOTATION, Bucket, ScopedAccess, Scoper, prefix_policy
+from .bucket import (
+    ACCESS_ANNOTATION,
+    ACCOUNT_ANNOTATION,
+    PREFIX_ANNOTATION,
+    Bucket,
+    ScopedAccess,
+    Scoper,
+    access,
+    prefix_policy,
+)
 
 _SERVICE_ACCOUNT = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?:[a-z0-9]([-.a-z0-9]*[a-z0-9])?$")
 
@@ -137,11 +146,16 @@ def s3_scoper(store: str, bucket: Any, c: S3Settings) -> Scoper:
     import pulumi_aws as aws
 
     def scope(
-        name: str, prefix: str, service_accounts: Sequence[tuple[str, str]], opts: pulumi.ResourceOptions
+        name: str,
+        prefix: str,
+        service_accounts: Sequence[tuple[str, str]],
+        opts: pulumi.ResourceOptions,
+        read_only: bool = False,
     ) -> ScopedAccess:
-        policy = bucket.bucket.apply(lambda b: prefix_policy(b, prefix))
+        policy = bucket.bucket.apply(lambda b: prefix_policy(b, prefix, read_only))
         accounts = [f"{ns}:{sa}" for ns, sa in service_accounts]
         tags = {PREFIX_ANNOTATION: prefix, ACCOUNT_ANNOTATION: accounts[0].replace(":", "/")}
+        tags[ACCESS_ANNOTATION] = access(read_only)
         if c.oidc_provider_arn:
             role = aws.iam.Role(
                 f"{store}-{name}-role",
