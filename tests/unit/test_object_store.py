@@ -267,3 +267,44 @@ def test_ceph_rgw_refuses_a_scope_after_the_bucket_policy_is_written(build):
 
     with pytest.raises(Exception, match="after the ceph-rgw bucket policy was written"):
         build(late)
+
+
+@pytest.mark.parametrize("backend", ["minio", "s3", "ceph-rgw"])
+def test_a_read_only_scope_may_list_and_read_its_prefix_and_nothing_more(build, backend):
+    def program():
+        s3 = ObjectStoreSettings(backend="s3", bucket="ai-data-x")
+        built = store_on_ceph() if backend == "ceph-rgw" else store(s3 if backend == "s3" else MINIO)
+        built.scoped_access("serving", "artifacts/vision/", ("serving", "reader"), read_only=True)
+        built.scoped_access("vision", "artifacts/vision/", ("vision", "artifacts"))
+        built.finish()
+
+    result, monitor = build(program)
+    if backend == "ceph-rgw":
+        claim = by_name(result, "ObjectBucketClaim", RGW.bucket)
+        statements = json.loads(claim["spec"]["additionalConfig"]["bucketPolicy"])["Statement"]
+        actions = {}
+        for s in statements:
+            for principal in s["Principal"]["AWS"]:
+                actions.setdefault(principal.rsplit("/", 1)[1], set()).update(s["Action"])
+        reader, writer = actions["scope-serving"], actions["scope-vision"]
+        marks = by_name(result, "CephObjectStoreUser", "scope-serving")["metadata"]["annotations"]
+    else:
+        documents = {}  # scope name -> (policy document, annotations or tags)
+        by_name_ = {r.name: r for r in monitor.registrations}
+        for scope in ("serving", "vision"):
+            if backend == "s3":
+                user = by_name_[f"store-{scope}-user"]
+                documents[scope] = (by_name_[f"store-{scope}-user-policy"].inputs["policy"], user.inputs["tags"])
+            else:
+                job = by_name_[f"store-{scope}-user-job"].inputs
+                env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+                documents[scope] = (env["POLICY_DOCUMENT"], job["metadata"]["annotations"])
+
+        def acts(scope: str) -> set[str]:
+            return {a for statement in json.loads(documents[scope][0])["Statement"] for a in statement["Action"]}
+
+        reader, writer = acts("serving"), acts("vision")
+        marks = documents["serving"][1]
+    assert reader == {"s3:GetObject", "s3:ListBucket", "s3:GetBucketLocation"}
+    assert {"s3:PutObject", "s3:DeleteObject"} <= writer
+    assert marks["ai-storage-platform/access"] == "read-only"
