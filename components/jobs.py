@@ -1,174 +1,226 @@
-"""A team's training job: a Kubeflow Trainer v2 TrainJob, or a Volcano ``batch.volcano.sh`` Job.
+"""A team's training job, in the kind its framework needs, and the pods every kind shares.
 
-Both run in the team's queue, mount the dataset read-only at ``/data`` and the checkpoint claim at
-``/checkpoints``, and run non-root so the namespace can enforce the restricted Pod Security Standard. A
-TrainJob names a ClusterTrainingRuntime the platform installed and patches its ``node`` pods through
-``spec.runtimePatches``; a Volcano Job is gang-scheduled as a whole (``minAvailable``) and restarted as a whole
-when a pod is evicted or fails (its ``policies``), with the ``svc`` and ``ssh`` plugins that distributed
-launchers (torchrun, MPI) need to find their peers. A Volcano Job labels its pods and declares the metrics port
-for the training metrics' PodMonitor; a TrainJob's pods get both from the platform's runtime (a runtime patch
-cannot add ports, and the Trainer refuses patch changes to a running TrainJob).
+Kinds: a Kubeflow Trainer v2 ``TrainJob`` (on a platform runtime), a Training Operator v1 ``PyTorchJob`` or
+``TFJob`` (when the platform installs that operator), or a Volcano ``batch.volcano.sh`` Job of named tasks (the
+specs: ``job_kinds``). Every pod of every kind runs in the team's queue, gang-scheduled by Volcano, non-root (the
+namespace enforces the restricted Pod Security Standard), with the dataset read-only at ``/data`` and the
+checkpoint claim at ``/checkpoints`` where its task mounts them, the metrics' multiprocess directory, the
+checkpoint landing volume, the checkpoint tier's ``fsGroupChangePolicy``, the job's extra volumes (read-only
+image volumes; hostPath is refused, see ``JobVolume``), a slice of ``/data`` of its own with ``dataSlices``
+(``subPathExpr`` on the replica's index), and, when it requests GPUs, tolerations of the GPU nodes' taints.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import Field
 
 from . import training, volcano
 from .common import kube
+from .node_storage import GPU_TOLERATION, Toleration
 from .sections import DnsLabel, PinnedImage, Problem, Section
 
-PATCH_MANAGER = "ai-storage-platform/team-workspace"
-"""Owner of the TrainJob's runtime patch (a domain-prefixed path, as the Trainer requires)."""
-VOLCANO_TASK = "worker"
+Kind = Literal["trainjob", "pytorchjob", "tfjob", "volcano"]
+Mount = Literal["data", "checkpoints"]
 RESTART_ON = ("PodEvicted", "PodFailed")
 """Events after which a Volcano Job restarts as a whole (a gang with a lost member cannot go on)."""
+TASK_NAMES: dict[str, tuple[str, ...]] = {"pytorchjob": ("master", "worker"), "tfjob": ("chief", "worker", "ps")}
+"""The replica types a Training Operator v1 job has (its spec's keys, capitalized)."""
+SLICE_VARIABLE = "AI_STORAGE_DATA_SLICE"
+"""The replica's index in the container, which ``subPathExpr`` of the sliced ``/data`` mount expands."""
+REPLICA_INDEX = {
+    "trainjob": "metadata.annotations['batch.kubernetes.io/job-completion-index']",
+    "volcano": "metadata.annotations['volcano.sh/task-index']",
+    "pytorchjob": "metadata.labels['training.kubeflow.org/replica-index']",
+    "tfjob": "metadata.labels['training.kubeflow.org/replica-index']",
+}
+"""Where a pod of each kind finds its index in its replica group: the Job controller's completion index (a
+TrainJob's nodes are an Indexed Job), Volcano's task index, the v1 operator's replica-index label."""
+HOST_PATH_HINT = (
+    "team namespaces enforce Pod Security restricted, which admits no hostPath volume (and a node's directory "
+    "would tie the job to that node); for fast local data use the hot tier (staging, checkpoint.landing), for "
+    "scratch space an ephemeral volume"
+)
+
+
+class TaskSettings(Section):
+    """A group of identical pods of the job (a Volcano task, a v1 replica type)."""
+
+    name: DnsLabel
+    """Task name (`pytorchjob`: master or worker; `tfjob`: chief, worker or ps; `volcano`: any)."""
+    replicas: int = Field(1, ge=1, le=4096)
+    """Pods of this task."""
+    command: list[str] = []
+    """Entrypoint of its container; empty: `job.command`."""
+    args: list[str] = []
+    """Arguments of its container; empty: `job.args`."""
+    resources: volcano.QueueResources | None = None
+    """CPU, memory and GPUs each of its pods requests and is limited to; unset: `job.resourcesPerNode`."""
+    mounts: list[Mount] = ["data", "checkpoints"]
+    """Which claims its pods mount: `data` (read-only at /data), `checkpoints` (at /checkpoints)."""
+
+
+class JobVolume(Section):
+    """An extra volume of every training pod, mounted read-only."""
+
+    name: DnsLabel
+    """Volume name (unique in the pod)."""
+    mount_path: str = Field(pattern=r"^/[^\s:]*$")
+    """Where the container sees it (absolute)."""
+    image: PinnedImage | None = None
+    """An OCI image or artifact mounted read-only (Kubernetes `volumes[].image`): weights or a dataset shipped as
+    an image, pinned by tag or digest."""
+    host_path: str | None = None
+    """Refused: a node's directory (see the error's hint for what to use)."""
+
+    def problems(self) -> list[Problem]:
+        if self.host_path is not None:
+            return [Problem("hostPath", "expected no hostPath volume", self.host_path, HOST_PATH_HINT)]
+        if self.image is None:
+            return [Problem("image", "expected an image reference", None, "the only extra volume kind is image")]
+        return []
 
 
 class JobSettings(Section):
-    """The team's training job: a TrainJob on a platform runtime, or a Volcano Job."""
+    """The team's training job: its kind, tasks, volumes and GPU tolerations."""
 
     enabled: bool = True
     """Create the job."""
-    kind: Literal["trainjob", "volcano"] = "trainjob"
-    """`trainjob`: a Kubeflow Trainer v2 TrainJob on a platform runtime; `volcano`: a Volcano batch Job."""
+    kind: Kind = "trainjob"
+    """`trainjob` (Trainer v2 TrainJob on a platform runtime), `pytorchjob` or `tfjob` (Training Operator v1, see
+    `workspace.trainingOperator`), or `volcano` (a Volcano Job of named tasks)."""
     name: str = Field("train", pattern=r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
     """Job name (an RFC 1035 label: starts with a letter)."""
     runtime: DnsLabel = "torch-distributed"
     """ClusterTrainingRuntime to run on (one of the platform's `training.runtimes`; `trainjob` only)."""
     image: PinnedImage | None = None
-    """Trainer image, pinned by a version tag (not `latest`) or a digest; unset: the runtime's (`volcano` needs one)."""
+    """Trainer image, pinned by a version tag (not `latest`) or a digest; unset: the runtime's (every kind but
+    `trainjob` needs one)."""
     command: list[str] = []
     """Entrypoint of the trainer container; empty uses the image's (or the runtime's)."""
     args: list[str] = []
     """Arguments of the trainer container."""
     num_nodes: int | None = Field(None, ge=1, le=4096)
-    """Training nodes (pods); unset uses the runtime's (`volcano`: 1)."""
+    """Training nodes (pods) when `tasks` is empty; unset uses the runtime's (other kinds: 1)."""
     resources_per_node: volcano.QueueResources | None = None
     """CPU, memory and GPUs each node is limited to (and requests)."""
+    tasks: list[TaskSettings] = []
+    """Named groups of pods (`pytorchjob`, `tfjob`, `volcano`); empty: the kind's shape of `numNodes` pods (a
+    master or chief and workers; for `volcano` one task `worker`)."""
+    volumes: list[JobVolume] = []
+    """Extra read-only volumes of every training pod (image volumes)."""
+    data_slices: int | None = Field(None, ge=2, le=4096)
+    """Give each replica of the one task that mounts /data its own slice: `/data/slice-<index>` of the claim,
+    seen at /data; must equal that task's replicas."""
+    gpu_tolerations: list[Toleration] = [GPU_TOLERATION]
+    """Tolerations every pod that requests `nvidia.com/gpu` gets (GPU nodes' taints); empty: none."""
     min_available: int | None = Field(None, ge=1, le=4096)
-    """Pods Volcano must place together before any starts (`volcano`; unset: every node)."""
+    """Pods Volcano must place together before any starts (`volcano`, v1 kinds; unset: every pod)."""
     max_retry: int = Field(3, ge=0, le=100)
     """Whole-job restarts Volcano makes before the job fails (`volcano`)."""
     plugins: list[Literal["ssh", "svc", "env"]] = ["ssh", "svc"]
     """Volcano job plugins: `svc` gives pods stable peer names, `ssh` passwordless SSH between them (`volcano`)."""
 
-    def problems(self) -> list[Problem]:
-        """A Volcano Job has no runtime to take the image from, and cannot need more pods than it has."""
-        found = []
-        if self.enabled and self.kind == "volcano" and self.image is None:
-            found.append(Problem("image", "expected an image with kind: volcano", None, "no runtime supplies one"))
+    def groups(self) -> list[TaskSettings]:
+        """The job's groups of pods: ``tasks``, or the kind's shape of ``numNodes`` pods."""
+        if self.tasks:
+            return list(self.tasks)
         nodes = self.num_nodes or 1
-        if self.kind == "volcano" and self.min_available is not None and self.min_available > nodes:
-            expected = f"expected at most numNodes ({nodes})"
+        if self.kind in TASK_NAMES:
+            first, rest = TASK_NAMES[self.kind][:2]
+            return [TaskSettings(name=first)] + ([TaskSettings(name=rest, replicas=nodes - 1)] if nodes > 1 else [])
+        return [TaskSettings(name=training.NODE if self.kind == "trainjob" else "worker", replicas=nodes)]
+
+    def problems(self) -> list[Problem]:
+        """Kinds without a runtime need an image; tasks fit the kind; the gang and the slices fit the pods."""
+        found = []
+        if self.enabled and self.kind != "trainjob" and self.image is None:
+            found.append(Problem("image", f"expected an image with kind: {self.kind}", None, "no runtime supplies one"))
+        found += self._task_problems()
+        pods = sum(g.replicas for g in self.groups()) if self.kind != "trainjob" else None
+        if pods is not None and self.min_available is not None and self.min_available > pods:
+            expected = f"expected at most the job's pods ({pods})"
             found.append(Problem("minAvailable", expected, self.min_available, "the gang could never be placed"))
-        return found
+        return found + self._slice_problems()
+
+    def _task_problems(self) -> list[Problem]:
+        names = [t.name for t in self.tasks]
+        if self.kind == "trainjob" and self.tasks:
+            hint = "a TrainJob's pods are the runtime's nodes: set numNodes, or use kind: volcano for named tasks"
+            return [Problem("tasks", "expected no tasks with kind: trainjob", names, hint)]
+        if len(set(names)) < len(names):
+            return [Problem("tasks", "expected each task name once", names, "a task's name names its pods")]
+        allowed = TASK_NAMES.get(self.kind)
+        if allowed and any(n not in allowed for n in names):
+            hint = f"a {self.kind}'s replica types are {', '.join(allowed)}"
+            return [Problem("tasks", f"expected task names among {', '.join(allowed)}", names, hint)]
+        lead = [t for t in self.tasks if allowed and t.name == allowed[0]]
+        if allowed and self.tasks and (len(lead) != 1 or lead[0].replicas != 1):
+            hint = f"the operator runs exactly one {allowed[0]} (rank 0)"
+            return [Problem("tasks", f"expected one {allowed[0]} task of 1 replica", names, hint)]
+        return []
+
+    def _slice_problems(self) -> list[Problem]:
+        if self.data_slices is None:
+            return []
+        readers = [g for g in self.groups() if "data" in g.mounts]
+        replicas = self.num_nodes if self.kind == "trainjob" else (readers[0].replicas if len(readers) == 1 else None)
+        if replicas == self.data_slices:
+            return []
+        hint = (
+            "each replica of the one task that mounts data gets slice-<its index>: set tasks so that exactly one "
+            "mounts data, with as many replicas as slices (with kind: trainjob, numNodes)"
+        )
+        return [Problem("dataSlices", f"expected the replicas that read /data ({replicas})", self.data_slices, hint)]
 
 
-def _trainer_overrides(job: JobSettings) -> dict[str, Any]:
-    trainer: dict[str, Any] = {}
-    if job.image:
-        trainer["image"] = job.image
-    if job.command:
-        trainer["command"] = job.command
-    if job.args:
-        trainer["args"] = job.args
-    if job.num_nodes is not None:
-        trainer["numNodes"] = job.num_nodes
-    if job.resources_per_node:
-        trainer["resourcesPerNode"] = {"limits": job.resources_per_node.spec()}
-    return trainer
+@dataclass
+class PodContext:
+    """Where the job's pods run and what they mount."""
+
+    queue: str
+    uid: int
+    dataset_claim: str
+    checkpoint_claim: str
+    landing: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """The checkpoint landing volume, mount and variables (``checkpoints.landing``), or empty."""
 
 
-def team_pod(
-    queue: str,
-    uid: int,
-    dataset_claim: str,
-    checkpoint_claim: str,
-    container: dict[str, Any],
-    landing: dict[str, list[dict[str, Any]]] | None = None,
-) -> dict:
-    """A training pod of the team: its queue, non-root as ``uid``, the /data and /checkpoints claims mounted in
-    ``container`` (whose root filesystem stays writable: training code writes caches and temporary files), the
-    metrics' multiprocess directory (``training.metrics_dir``) and the checkpoint ``landing`` volume, mount and
-    variables (``checkpoints.landing``) when given."""
-    mounts, volumes = training.claim_volumes(dataset_claim, checkpoint_claim)
-    security = {**kube.restricted_container(uid), "readOnlyRootFilesystem": False}
-    container = {**container, "volumeMounts": mounts, "securityContext": security}
-    for extra in (training.metrics_dir(), landing or {}):
+def requests_gpus(resources: volcano.QueueResources | None) -> bool:
+    return bool(resources and resources.gpu)
+
+
+def team_pod(job: JobSettings, group: TaskSettings, where: PodContext, container: dict[str, Any]) -> dict:
+    """A training pod of ``group``: the queue, non-root as the workspace's uid, the claims the group mounts (a
+    slice of /data with ``dataSlices``) in ``container`` (whose root filesystem stays writable: training code
+    writes caches and temporary files), the metrics' multiprocess directory, the landing volume, the job's
+    image volumes, and the GPU tolerations when the group requests GPUs."""
+    mounts, volumes = training.claim_volumes(where.dataset_claim, where.checkpoint_claim)
+    wanted = {"data": training.DATA_VOLUME, "checkpoints": training.CHECKPOINT_VOLUME}
+    keep = {wanted[m] for m in group.mounts}
+    mounts, volumes = [m for m in mounts if m["name"] in keep], [v for v in volumes if v["name"] in keep]
+    env: list[dict[str, Any]] = list(container.get("env", []))
+    if job.data_slices and "data" in group.mounts:
+        env.append({"name": SLICE_VARIABLE, "valueFrom": {"fieldRef": {"fieldPath": REPLICA_INDEX[job.kind]}}})
+        data = next(m for m in mounts if m["name"] == training.DATA_VOLUME)
+        data["subPathExpr"] = f"slice-$({SLICE_VARIABLE})"
+    for volume in job.volumes:
+        mounts.append({"name": volume.name, "mountPath": volume.mount_path, "readOnly": True})
+        volumes.append({"name": volume.name, "image": {"reference": volume.image, "pullPolicy": "IfNotPresent"}})
+    for extra in (training.metrics_dir(), where.landing):
         if extra.get("volumes"):
-            container["env"] = [*container.get("env", []), *extra["env"]]
-            container["volumeMounts"] = [*container["volumeMounts"], *extra["volumeMounts"]]
-            volumes = [*volumes, *extra["volumes"]]
-    return {
-        "metadata": {"annotations": {volcano.QUEUE_ANNOTATION: queue}},
-        "spec": {
-            "securityContext": {**kube.restricted_pod(uid), **kube.ON_ROOT_MISMATCH},
-            "containers": [container],
-            "volumes": volumes,
-        },
+            env, mounts, volumes = env + extra["env"], mounts + extra["volumeMounts"], volumes + extra["volumes"]
+    security = {**kube.restricted_container(where.uid), "readOnlyRootFilesystem": False}
+    container = {**container, "volumeMounts": mounts, "securityContext": security}
+    if env:
+        container["env"] = env
+    spec: dict[str, Any] = {
+        "securityContext": {**kube.restricted_pod(where.uid), **kube.ON_ROOT_MISMATCH},
+        "containers": [container],
+        "volumes": volumes,
     }
-
-
-def train_job_spec(
-    job: JobSettings,
-    queue: str,
-    uid: int,
-    dataset_claim: str,
-    checkpoint_claim: str,
-    landing: dict[str, list[dict[str, Any]]] | None = None,
-) -> dict:
-    """The ``spec`` of the TrainJob: the runtime by name, the trainer overrides, and a patch of the runtime's
-    ``node`` pods with the team's queue, claims, checkpoint ``landing`` and non-root security context."""
-    pod = team_pod(queue, uid, dataset_claim, checkpoint_claim, {"name": training.NODE}, landing)
-    patch = {
-        "manager": PATCH_MANAGER,
-        "trainingRuntimeSpec": {
-            "template": {
-                # The Trainer's Volcano plugin reads the PodGroup's queue from the JobSet template's annotations.
-                "metadata": {"annotations": {volcano.QUEUE_ANNOTATION: queue}},
-                "spec": {"replicatedJobs": [{"name": training.NODE, "template": {"spec": {"template": pod}}}]},
-            }
-        },
-    }
-    spec: dict[str, Any] = {"runtimeRef": {"name": job.runtime}, "runtimePatches": [patch]}
-    trainer = _trainer_overrides(job)
-    if trainer:
-        spec["trainer"] = trainer
-    return spec
-
-
-def volcano_job_spec(
-    job: JobSettings,
-    queue: str,
-    uid: int,
-    dataset_claim: str,
-    checkpoint_claim: str,
-    landing: dict[str, list[dict[str, Any]]] | None = None,
-) -> dict:
-    """The ``spec`` of the Volcano Job: one task of ``numNodes`` pods, gang-scheduled in the team's queue,
-    restarted as a whole on an evicted or failed pod; the claims and ``landing`` as for ``team_pod``."""
-    nodes = job.num_nodes or 1
-    ports, env = training.metrics_port()
-    container: dict[str, Any] = {"name": VOLCANO_TASK, "image": job.image, "ports": ports, "env": env}
-    if job.command:
-        container["command"] = job.command
-    if job.args:
-        container["args"] = job.args
-    if job.resources_per_node:
-        resources = job.resources_per_node.spec()
-        container["resources"] = {"requests": resources, "limits": resources}
-    pod = team_pod(queue, uid, dataset_claim, checkpoint_claim, container, landing)
-    pod["metadata"]["labels"] = dict(training.METRICS_LABELS)
-    pod["spec"]["restartPolicy"] = "Never"  # Volcano restarts the whole gang, not single pods
-    return {
-        "schedulerName": volcano.SCHEDULER_NAME,
-        "queue": queue,
-        "minAvailable": job.min_available or nodes,
-        "maxRetry": job.max_retry,
-        "policies": [{"event": event, "action": "RestartJob"} for event in RESTART_ON],
-        "plugins": {plugin: [] for plugin in job.plugins},
-        "tasks": [{"name": VOLCANO_TASK, "replicas": nodes, "template": pod}],
-    }
+    if requests_gpus(group.resources or job.resources_per_node) and job.gpu_tolerations:
+        spec["tolerations"] = [t.spec() for t in job.gpu_tolerations]
+    return {"metadata": {"annotations": {volcano.QUEUE_ANNOTATION: where.queue}}, "spec": spec}

@@ -32,7 +32,8 @@ from .checkpoints import (
     protect_checkpoints,
 )
 from .common import kube
-from .jobs import JobSettings, train_job_spec, volcano_job_spec
+from .job_kinds import API, job_spec
+from .jobs import JobSettings, PodContext
 from .namespace_rules import namespace_problem, platform_defaults
 from .sections import DnsLabel, Problem, Quantity, Section, validate
 from .staging import StagingSettings, stage_into
@@ -67,6 +68,11 @@ class WorkspaceSettings(Section):
     classes."""
     protect: bool = False
     """Protect and retain the dataset and checkpoint claims (a `pulumi destroy` keeps the data)."""
+    training_operator: Literal["trainer-v2", "training-operator-v1"] = "trainer-v2"
+    """What the platform installs (its `training.operator`): `trainer-v2` runs `trainjob`, `training-operator-v1`
+    runs `pytorchjob` and `tfjob`; `volcano` runs on either."""
+    kubernetes_version: str = Field("1.33", pattern=r"^1\.(2[5-9]|3[0-7])$")
+    """The cluster's Kubernetes minor version (the platform's `cluster.kubernetesVersion`): image volumes need 1.33."""
 
     def problems(self) -> list[Problem]:
         """A namespace of the team's own: not one Kubernetes reserves, nor one a platform stack uses or trusts
@@ -131,7 +137,33 @@ class TeamSettings(Section):
         if test.enabled and test.image is None and self.job.image is None:
             expected = "expected an image (or job.image) with restoreTest.enabled"
             found.append(Problem("checkpoint.restoreTest.image", expected, None, "the test runs the job's image"))
-        return found + self._staging_problems()
+        return found + self._staging_problems() + self._kind_problems()
+
+    def _kind_problems(self) -> list[Problem]:
+        """The job's kind needs the operator the platform installs; image volumes need Kubernetes 1.33."""
+        found = []
+        job, w = self.job, self.workspace
+        runs = {"trainer-v2": ("trainjob", "volcano"), "training-operator-v1": ("pytorchjob", "tfjob", "volcano")}
+        if job.enabled and job.kind not in runs[w.training_operator]:
+            found.append(
+                Problem(
+                    "job.kind",
+                    f"expected {' or '.join(runs[w.training_operator])}: the platform's training.operator is "
+                    f"{w.training_operator} (workspace.trainingOperator)",
+                    job.kind,
+                    "a pytorchjob or tfjob needs training.operator: training-operator-v1 on the platform (then set "
+                    "workspace.trainingOperator to match); a trainjob needs trainer-v2",
+                )
+            )
+        minor = int(w.kubernetes_version.split(".")[1])
+        if job.volumes and minor < 33:
+            hint = (
+                "Pod Security restricted admits image volumes from Kubernetes 1.33 (kubernetes#130394); the "
+                "ImageVolume feature is on by default from 1.35 and needs its feature gate on 1.33 and 1.34"
+            )
+            expected = "expected workspace.kubernetesVersion 1.33 or newer with image volumes"
+            found.append(Problem("job.volumes", expected, w.kubernetes_version, hint))
+        return found
 
     def _staging_problems(self) -> list[Problem]:
         """Staging needs a job whose pods can get an init container, and a hot claim of its own."""
@@ -218,18 +250,16 @@ class TeamWorkspace(pulumi.ComponentResource):
         )
 
     def _job(self, name: str, s: TeamSettings, after: list[pulumi.Resource]) -> pulumi.Output[str]:
-        """The training job: a TrainJob on a platform runtime, or a Volcano Job."""
-        uid, claims = s.workspace.run_as_user, (s.dataset.name, s.checkpoint.claim)
+        """The training job in its kind (``job_kinds``)."""
         local = landing(s.checkpoint.landing, f"{s.workspace.tier_prefix}hot", s.checkpoint_dir)
+        where = PodContext(s.queue_name, s.workspace.run_as_user, s.dataset.name, s.checkpoint.claim, local)
+        spec = job_spec(s.job, where)
         if s.job.kind == "volcano":
-            api, kind = "batch.volcano.sh/v1alpha1", "Job"
-            spec = volcano_job_spec(s.job, s.queue_name, uid, *claims, local)
             _stage_dataset(spec, s)
-        else:
-            api, kind = "trainer.kubeflow.org/v1alpha1", "TrainJob"
-            spec = train_job_spec(s.job, s.queue_name, uid, *claims, local)
+        api, kind = API[s.job.kind]
+        logical = {"trainjob": "trainjob", "volcano": "volcano-job"}.get(s.job.kind, s.job.kind)
         job = k8s.apiextensions.CustomResource(
-            f"{name}-trainjob" if kind == "TrainJob" else f"{name}-volcano-job",
+            f"{name}-{logical}",
             api_version=api,
             kind=kind,
             metadata={
@@ -260,7 +290,12 @@ class TeamWorkspace(pulumi.ComponentResource):
 
 
 def _stage_dataset(volcano_spec: dict[str, Any], s: TeamSettings) -> None:
-    """With `staging.enabled`, the Volcano Job's pods stage the dataset version first (module ``staging``)."""
-    if s.staging.enabled and s.job.image:
-        (task,) = volcano_spec["tasks"]
-        stage_into(task["template"]["spec"], s.staging, s.job.image, s.workspace.run_as_user, s.workspace.tier_prefix)
+    """With `staging.enabled`, the Volcano Job's pods that mount the dataset stage its version first (module
+    ``staging``)."""
+    if not (s.staging.enabled and s.job.image):
+        return
+    readers = {group.name for group in s.job.groups() if "data" in group.mounts}
+    for task in volcano_spec["tasks"]:
+        if task["name"] in readers:
+            pod = task["template"]["spec"]
+            stage_into(pod, s.staging, s.job.image, s.workspace.run_as_user, s.workspace.tier_prefix)

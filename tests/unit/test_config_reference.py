@@ -355,6 +355,13 @@ CROSS_FIELD: list[tuple[str, str, dict[str, Any], str, str]] = [
     ),
     ("JobSettings", "team", {"job.kind": "volcano"}, "job.image", "expected an image with kind: volcano"),
     (
+        "JobVolume",
+        "team",
+        {"job.volumes": [{"name": "scratch", "mountPath": "/scratch", "hostPath": "/mnt/nvme"}]},
+        "job.volumes[0].hostPath",
+        "expected no hostPath volume",
+    ),
+    (
         "RuntimeSettings",
         "platform",
         {

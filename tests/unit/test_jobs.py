@@ -5,16 +5,18 @@ from __future__ import annotations
 import pytest
 
 from components import training
-from components.jobs import JobSettings, train_job_spec, volcano_job_spec
+from components.job_kinds import train_job_spec, volcano_job_spec
+from components.jobs import JobSettings, PodContext
 from components.sections import SettingsError
 from components.team import load_team_settings
 from tests.conformance.upstream import validate_custom_resource
 
 IMAGE = "ghcr.io/example/trainer:1.0.0"
+WHERE = PodContext("vision", 10001, "data", "ckpt")
 
 
 def volcano_job(**job: object) -> dict:
-    spec = volcano_job_spec(JobSettings(kind="volcano", image=IMAGE, **job), "vision", 10001, "data", "ckpt")
+    spec = volcano_job_spec(JobSettings(kind="volcano", image=IMAGE, **job), WHERE)
     return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "train"}, "spec": spec}
 
 
@@ -43,7 +45,7 @@ def test_a_volcano_job_labels_its_pods_for_the_training_metrics_and_declares_the
     assert worker["ports"] == [{"name": "train-metrics", "containerPort": 9095, "protocol": "TCP"}]
     assert {"name": "AI_STORAGE_METRICS_PORT", "value": "9095"} in worker["env"]
     # A TrainJob's pods get both from the platform's runtime (test_training); its patch leaves them alone.
-    spec = train_job_spec(JobSettings(), "vision", 10001, "data", "ckpt")
+    spec = train_job_spec(JobSettings(), WHERE)
     (replicated,) = spec["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
     assert "labels" not in replicated["template"]["spec"]["template"]["metadata"]
 
@@ -56,8 +58,8 @@ def test_a_smaller_gang_can_start_first():
     ("job", "key", "expected"),
     [
         ({"kind": "volcano"}, "job.image", "expected an image with kind: volcano"),
-        ({"kind": "volcano", "image": IMAGE, "numNodes": 2, "minAvailable": 3}, "job.minAvailable", "at most numNodes"),
-        ({"kind": "slurm"}, "job.kind", "expected one of 'trainjob', 'volcano'"),
+        ({"kind": "volcano", "image": IMAGE, "numNodes": 2, "minAvailable": 3}, "job.minAvailable", "at most the job"),
+        ({"kind": "slurm"}, "job.kind", "expected one of 'trainjob', 'pytorchjob', 'tfjob', 'volcano'"),
         ({"plugins": ["mpi"]}, "job.plugins[0]", "expected one of"),
         ({"maxRetry": -1}, "job.maxRetry", ">= 0"),
     ],
@@ -67,3 +69,174 @@ def test_bad_job_settings_are_rejected_with_key_and_hint(job, key, expected):
         load_team_settings({"job": job})
     message = str(caught.value)
     assert f"{key}:" in message and expected in message and "Hint:" in message
+
+
+# ---------------------------------------------------------------- kinds, tasks, volumes, slices, GPU tolerations
+
+V1 = {"workspace": {"trainingOperator": "training-operator-v1"}}
+GPU = {"cpu": "8", "memory": "32Gi", "gpu": 1}
+
+
+def rendered(kind: str, **job: object) -> dict:
+    from components.job_kinds import API, job_spec
+
+    settings = JobSettings(kind=kind, image=IMAGE, **job)
+    api, name = API[kind]
+    return {"apiVersion": api, "kind": name, "metadata": {"name": "train"}, "spec": job_spec(settings, WHERE)}
+
+
+def pods(job: dict) -> dict[str, dict]:
+    """Each replica group's pod template, by group name."""
+    spec = job["spec"]
+    if job["kind"] == "Job":
+        return {t["name"]: t["template"] for t in spec["tasks"]}
+    if job["kind"] == "TrainJob":
+        patch = spec["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+        return {"node": patch["template"]["spec"]["template"]}
+    replicas = spec.get("pytorchReplicaSpecs") or spec["tfReplicaSpecs"]
+    return {name.lower(): r["template"] for name, r in replicas.items()}
+
+
+def mounts(pod: dict) -> dict[str, dict]:
+    return {m["mountPath"]: m for m in pod["spec"]["containers"][0]["volumeMounts"]}
+
+
+@pytest.mark.parametrize(
+    ("kind", "groups", "container"),
+    [("pytorchjob", {"Master": 1, "Worker": 3}, "pytorch"), ("tfjob", {"Chief": 1, "Worker": 3}, "tensorflow")],
+)
+def test_a_v1_job_runs_a_lead_and_workers_in_the_team_queue_valid_upstream(kind, groups, container):
+    job = rendered(kind, num_nodes=4, resources_per_node=GPU, command=["torchrun"])
+    replicas = job["spec"]["pytorchReplicaSpecs" if kind == "pytorchjob" else "tfReplicaSpecs"]
+    assert {name: r["replicas"] for name, r in replicas.items()} == groups
+    assert {r["restartPolicy"] for r in replicas.values()} == {"OnFailure"}
+    assert job["spec"]["runPolicy"]["schedulingPolicy"] == {"queue": "vision", "minAvailable": 4}
+    for pod in pods(job).values():
+        (trainer,) = pod["spec"]["containers"]
+        assert trainer["name"] == container and trainer["securityContext"]["runAsNonRoot"] is True
+        assert pod["metadata"]["annotations"] == {"scheduling.volcano.sh/queue-name": "vision"}
+        assert pod["spec"]["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
+        assert set(mounts(pod)) == {"/data", "/checkpoints", training.METRICS_DIR}
+    assert validate_custom_resource(job) == []
+
+
+def test_named_volcano_tasks_mount_only_their_claims_the_design_master_and_workers():
+    tasks = [
+        {"name": "master", "replicas": 1, "command": ["python", "coordinator.py"]},
+        {"name": "worker", "replicas": 2, "mounts": ["data"], "resources": GPU},
+    ]
+    job = rendered("volcano", tasks=tasks)
+    master, worker = pods(job)["master"], pods(job)["worker"]
+    assert set(mounts(master)) == {"/data", "/checkpoints", training.METRICS_DIR}
+    assert set(mounts(worker)) == {"/data", training.METRICS_DIR}  # workers never see the checkpoints
+    assert {v["name"] for v in worker["spec"]["volumes"]} == {training.DATA_VOLUME, training.METRICS_DIR_VOLUME}
+    assert master["spec"]["containers"][0]["command"] == ["python", "coordinator.py"]
+    assert job["spec"]["minAvailable"] == 3 and [t["replicas"] for t in job["spec"]["tasks"]] == [1, 2]
+    assert "tolerations" not in master["spec"] and worker["spec"]["tolerations"]
+    assert validate_custom_resource(job) == []
+
+
+@pytest.mark.parametrize("kind", ["trainjob", "pytorchjob", "tfjob", "volcano"])
+def test_every_pod_that_requests_gpus_tolerates_the_gpu_taint_on_the_schedulers_terms(kind):
+    from tests.kube_semantics import tolerates
+
+    gpu = rendered(kind, num_nodes=2, resources_per_node=GPU)
+    taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    for pod in pods(gpu).values():
+        assert tolerates(pod["spec"].get("tolerations"), taint)
+        assert not tolerates(pod["spec"].get("tolerations"), {"key": "dedicated", "value": "x", "effect": "NoSchedule"})
+    for pod in pods(rendered(kind, num_nodes=2, resources_per_node={"cpu": "8"})).values():
+        assert not tolerates(pod["spec"].get("tolerations"), taint)  # a CPU pod stays off the GPU nodes
+    for pod in pods(rendered(kind, num_nodes=2, resources_per_node=GPU, gpu_tolerations=[])).values():
+        assert not tolerates(pod["spec"].get("tolerations"), taint)
+    assert validate_custom_resource(gpu) == []
+
+
+@pytest.mark.parametrize("kind", ["trainjob", "pytorchjob", "volcano"])
+def test_image_volumes_mount_read_only_in_every_pod(kind):
+    weights = {"name": "weights", "mountPath": "/weights", "image": "ghcr.io/example/llama-weights:3.1"}
+    job = rendered(kind, num_nodes=2, volumes=[weights])
+    for pod in pods(job).values():
+        assert mounts(pod)["/weights"]["readOnly"] is True
+        (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "weights"]
+        assert volume["image"] == {"reference": "ghcr.io/example/llama-weights:3.1", "pullPolicy": "IfNotPresent"}
+    assert validate_custom_resource(job) == []
+
+
+@pytest.mark.parametrize(
+    ("kind", "job", "index"),
+    [
+        ("trainjob", {"num_nodes": 4}, "metadata.annotations['batch.kubernetes.io/job-completion-index']"),
+        ("volcano", {"num_nodes": 4}, "metadata.annotations['volcano.sh/task-index']"),
+        (
+            "pytorchjob",
+            {"tasks": [{"name": "master", "mounts": ["checkpoints"]}, {"name": "worker", "replicas": 4}]},
+            "metadata.labels['training.kubeflow.org/replica-index']",
+        ),
+    ],
+)
+def test_each_replica_sees_only_its_slice_of_the_dataset(kind, job, index):
+    rendered_job = rendered(kind, data_slices=4, **job)
+    for pod in pods(rendered_job).values():
+        data = mounts(pod).get("/data")
+        if data is None:
+            continue
+        assert data["subPathExpr"] == "slice-$(AI_STORAGE_DATA_SLICE)" and data["readOnly"] is True
+        env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+        assert env["AI_STORAGE_DATA_SLICE"]["valueFrom"]["fieldRef"]["fieldPath"] == index
+    assert validate_custom_resource(rendered_job) == []
+
+
+@pytest.mark.parametrize(
+    ("config", "key", "expected"),
+    [
+        ({"job": {"kind": "volcano", "image": IMAGE, "numNodes": 3, "dataSlices": 4}}, "job.dataSlices", "(3)"),
+        (
+            {"job": {"kind": "volcano", "image": IMAGE, "dataSlices": 2, "tasks": [{"name": "a"}, {"name": "b"}]}},
+            "job.dataSlices",
+            "(None)",
+        ),
+        (
+            {"job": {"volumes": [{"name": "w", "mountPath": "/w", "image": "ghcr.io/x/w:latest"}]}},
+            "job.volumes[0].image",
+            "pinned",
+        ),
+        (
+            {"job": {"volumes": [{"name": "w", "mountPath": "/w", "hostPath": "/mnt/nvme"}]}},
+            "job.volumes[0].hostPath",
+            "Pod Security restricted",
+        ),
+        ({"job": {"kind": "tfjob", "image": IMAGE}}, "job.kind", "training.operator is trainer-v2"),
+        ({**V1, "job": {"kind": "trainjob"}}, "job.kind", "training.operator is training-operator-v1"),
+        (
+            {**V1, "job": {"kind": "pytorchjob", "image": IMAGE, "tasks": [{"name": "chief"}]}},
+            "job.tasks",
+            "among master, worker",
+        ),
+        (
+            {**V1, "job": {"kind": "pytorchjob", "image": IMAGE, "tasks": [{"name": "worker"}]}},
+            "job.tasks",
+            "one master",
+        ),
+        ({"job": {"tasks": [{"name": "worker"}]}}, "job.tasks", "no tasks with kind: trainjob"),
+        (
+            {
+                "workspace": {"kubernetesVersion": "1.32"},
+                "job": {"volumes": [{"name": "w", "mountPath": "/w", "image": IMAGE}]},
+            },
+            "job.volumes",
+            "1.33 or newer",
+        ),
+        ({"job": {"gpuTolerations": [{"operator": "Equal"}]}}, "job.gpuTolerations[0].key", "expected a key"),
+    ],
+)
+def test_bad_kinds_tasks_volumes_and_slices_are_refused_in_one_line_naming_the_key(config, key, expected):
+    with pytest.raises(SettingsError) as caught:
+        load_team_settings(config)
+    lines = [line for line in str(caught.value).splitlines() if line.startswith(f"  - {key}:")]
+    assert len(lines) == 1 and expected in lines[0] and "Hint:" in lines[0], str(caught.value)
+
+
+def test_the_v1_kinds_run_where_the_platform_installs_the_v1_operator():
+    for kind in ("pytorchjob", "tfjob", "volcano"):
+        assert load_team_settings({**V1, "job": {"kind": kind, "image": IMAGE}}).job.kind == kind

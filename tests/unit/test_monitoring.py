@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from components.jobs import JobSettings, volcano_job_spec
+from components.job_kinds import volcano_job_spec
+from components.jobs import JobSettings, PodContext
 from components.monitoring import CRDS, Monitoring, MonitoringArgs, MonitoringSettings
 from tests.conformance.upstream import validate_object
 from tests.conftest import by_name, objects
@@ -100,7 +101,9 @@ def test_the_training_podmonitor_selects_the_runtimes_pods_and_a_team_volcano_jo
     spec = by_name(result, "PodMonitor", "training-jobs")["spec"]
     runtime_spec = by_name(result, "ClusterTrainingRuntime", "torch")["spec"]
     runtime_pod = runtime_spec["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
-    volcano_pod = volcano_job_spec(JobSettings(kind="volcano", image="trainer:1"), "q", 10001, "d", "c")["tasks"][0]
+    volcano_pod = volcano_job_spec(JobSettings(kind="volcano", image="trainer:1"), PodContext("q", 10001, "d", "c"))[
+        "tasks"
+    ][0]
     for pod in (runtime_pod, volcano_pod["template"]):
         assert spec["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
         ports = [p["name"] for c in pod["spec"]["containers"] for p in c.get("ports", [])]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from components import tenants
-from components.jobs import PATCH_MANAGER
+from components.job_kinds import PATCH_MANAGER
 from components.settings import SettingsError
 from components.team import load_team_settings
 from components.toolchain import render
@@ -297,3 +297,64 @@ def test_example_imports_the_library_by_its_installed_name_only():
     assert "from ai_storage_platform." in source
     assert "import components" not in source and "from components" not in source
     assert (TEAM_EXAMPLE / "requirements.txt").read_text().splitlines()[-1] == "../.."
+
+
+KIND_STACKS = {
+    "dev": ("TrainJob", "resnet50"),
+    "dev-pytorchjob": ("PyTorchJob", "resnet50-ddp"),
+    "dev-tfjob": ("TFJob", "efficientnet"),
+    "dev-volcano": ("Job", "conformer"),
+    "dev-volcano-tasks": ("Job", "conformer-ps"),
+}
+
+
+def job_pods(job: dict) -> dict[str, dict]:
+    """Each replica group's pod template of a rendered job, by group name."""
+    spec = job["spec"]
+    if job["kind"] == "TrainJob":
+        return {"node": node_pod(job)}
+    if job["kind"] == "Job":
+        return {task["name"]: task["template"] for task in spec["tasks"]}
+    replicas = spec.get("pytorchReplicaSpecs") or spec["tfReplicaSpecs"]
+    return {name.lower(): r["template"] for name, r in replicas.items()}
+
+
+@pytest.mark.parametrize("stack", sorted(KIND_STACKS))
+def test_each_kind_of_the_example_runs_in_the_teams_queue_with_its_claims_as_the_team(render_team, stack):
+    kind, name = KIND_STACKS[stack]
+    result, _ = render_team(stack)
+    job = by_name(result, kind, name)
+    namespace = job["metadata"]["namespace"]
+    for pod in job_pods(job).values():
+        assert pod["metadata"]["annotations"] == {"scheduling.volcano.sh/queue-name": namespace}
+        assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+        assert pod["spec"]["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
+        claims = {
+            v["persistentVolumeClaim"]["claimName"] for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v
+        }
+        assert claims <= {"checkpoints", "imagenet-mini", "librispeech"} and claims
+    for obj in [o for objs in result.manifests.values() for o in objs]:
+        assert validate_object(obj, "1.33") == [], obj["kind"]
+
+
+def test_the_design_master_alone_mounts_the_checkpoints_and_each_worker_reads_its_slice(render_team):
+    result, _ = render_team("dev-volcano-tasks")
+    pods = job_pods(by_name(result, "Job", "conformer-ps"))
+    mounts = {
+        name: {m["mountPath"]: m for m in pod["spec"]["containers"][0]["volumeMounts"]} for name, pod in pods.items()
+    }
+    assert "/checkpoints" in mounts["master"] and "/data" not in mounts["master"]
+    assert "/checkpoints" not in mounts["worker"]
+    assert mounts["worker"]["/data"]["subPathExpr"] == "slice-$(AI_STORAGE_DATA_SLICE)"
+    assert pods["worker"]["spec"]["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    assert "tolerations" not in pods["master"]["spec"]  # no GPU: it stays off the GPU nodes
+
+
+def test_the_v1_kinds_are_refused_on_a_platform_without_the_v1_operator(render_team):
+    # The example imports the installed package (ai_storage_platform): its own SettingsError class.
+    expected = r"job\.kind: expected trainjob or volcano: the platform's training\.operator"
+    with pytest.raises(Exception, match=expected) as refused:
+        render_team("dev-pytorchjob", workspace={"trainingOperator": "trainer-v2"})
+    assert type(refused.value).__name__ == "SettingsError"

@@ -165,7 +165,7 @@ def test_no_object_in_a_team_namespace_holds_a_platform_secret(revealed, stack):
     assert leaks(in_team_namespaces(result, teams), secrets) == []
 
 
-@pytest.mark.parametrize("stack", ["dev", "dev-volcano"])
+@pytest.mark.parametrize("stack", ["dev", "dev-pytorchjob", "dev-tfjob", "dev-volcano", "dev-volcano-tasks"])
 def test_the_team_example_holds_no_platform_secret_and_reads_no_platform_output(revealed, as_installed, stack):
     # The example runs against the dev platform; its StackReferences (there must be none) would read the
     # platform's outputs with their real values.
