@@ -10,6 +10,7 @@ SUBCOMMANDS = [
     "data.pack",
     "data.stage",
     "checkpoint.restore_test",
+    "checkpoint.listing",
 ]
 """Module names, one a line (a merge adds a line); each module's ``add_parser`` names its subcommand."""
 

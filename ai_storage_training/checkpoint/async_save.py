@@ -30,10 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .. import metrics
+from .. import metrics as exported
 from . import layout
 from .commit import read_marker
 from .lag import LAG, CheckpointLag
+from .records import checked_metrics
 
 log = logging.getLogger(__name__)
 
@@ -106,21 +107,30 @@ class AsyncCheckpointer:
         self._guarded = False
         self._closed = False
 
-    def save(self, step: int, buffers: Mapping[str, Any]) -> Future:
-        """Copy ``buffers`` to host memory and save them as checkpoint ``step`` in the background; return the
-        save's Future (its result is the manager's Checkpoint)."""
+    def save(self, step: int, buffers: Mapping[str, Any], *, metrics: Mapping[str, float] | None = None) -> Future:
+        """Copy ``buffers`` to host memory and save them as checkpoint ``step`` in the background, ``metrics``
+        recorded in its marker; return the save's Future (its result is the manager's Checkpoint)."""
         if not isinstance(buffers, Mapping) or not buffers:
             raise ValueError(f"buffers: expected a non-empty dict of file name -> bytes-like; got {type(buffers)!r}")
         names = [_file_name(name) for name in buffers]
+        recorded = checked_metrics(metrics)
         started = self._admit(step)
         copies = {name: memoryview(buffers[name]).tobytes() for name in names}  # the job may change them now
-        future = self._pool.submit(self.manager.save, step, _write_files(copies))
+        future = self._pool.submit(self.manager.save, step, _write_files(copies), metrics=recorded)
         self._track(step, future)
-        metrics.BLOCKED_SECONDS.observe(time.monotonic() - started)
+        exported.BLOCKED_SECONDS.observe(time.monotonic() - started)
         return future
 
-    def save_dcp(self, step: int, state_dict: dict[str, Any], **async_save_kwargs: Any) -> Future:
-        """``torch.distributed.checkpoint.async_save(state_dict, storage_writer=manager.writer(step), ...)`` with
+    def save_dcp(
+        self,
+        step: int,
+        state_dict: dict[str, Any],
+        *,
+        metrics: Mapping[str, float] | None = None,
+        **async_save_kwargs: Any,
+    ) -> Future:
+        """``torch.distributed.checkpoint.async_save(state_dict, storage_writer=manager.writer(step, metrics=...),
+        ...)`` with
         this checkpointer's stager for the slot (or ``async_stager=`` of the caller's own), tracked like
         :meth:`save` (every rank calls it; the writer commits the step once, on the coordinator). Returns once the
         state is staged (with ``overlap``: once staging started); the Future is done when the step is saved."""
@@ -133,6 +143,7 @@ class AsyncCheckpointer:
                 "overlap: the staging copy runs while the job trains on; attach the guard first: "
                 "checkpointer.protect(optimizer, model)"
             )
+        writer = self.manager.writer(step, metrics=metrics)  # a bad metric is refused before anything starts
         started = self._admit(step)
         slot = self._free_slot()
         stager = async_save_kwargs.pop("async_stager", None)
@@ -142,9 +153,7 @@ class AsyncCheckpointer:
             stager = slot.stager
         if self.overlap:
             sync_device()  # the staging copy runs on a stream of its own: the job's queued kernels finish first
-        response = async_save(
-            state_dict, storage_writer=self.manager.writer(step), async_stager=stager, **async_save_kwargs
-        )
+        response = async_save(state_dict, storage_writer=writer, async_stager=stager, **async_save_kwargs)
         if isinstance(response, Future):
             upload, staged = response, None
         else:  # an AsyncSaveResponse: the staging copy may still be running
@@ -157,7 +166,7 @@ class AsyncCheckpointer:
             return upload
         if staged is not None:
             wait_futures([staged])  # never torn: the job may change its tensors only once they are copied
-        metrics.BLOCKED_SECONDS.observe(time.monotonic() - started)
+        exported.BLOCKED_SECONDS.observe(time.monotonic() - started)
         return upload
 
     def protect(self, optimizer: Any = None, *modules: Any) -> list[Any]:
@@ -181,7 +190,7 @@ class AsyncCheckpointer:
         for staged, blocked in pending:
             waited = time.monotonic()
             wait_futures([staged])  # a staging failure fails the upload too: raised like any background failure
-            metrics.BLOCKED_SECONDS.observe(blocked + time.monotonic() - waited)
+            exported.BLOCKED_SECONDS.observe(blocked + time.monotonic() - waited)
 
     def wait(self) -> None:
         """Wait for every save in flight; raise the first failure not yet raised."""

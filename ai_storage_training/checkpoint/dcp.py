@@ -30,7 +30,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -42,7 +42,7 @@ from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
-from .. import metrics
+from .. import metrics as exported
 from . import layout, ranks
 from .commit import (
     FileRecord,
@@ -56,6 +56,7 @@ from .commit import unlock as _unlock
 from .dcp_ranks import join
 from .dcp_reader import ManagedReader, open_reader, restore
 from .items import Items, items_document
+from .records import checked_metrics
 
 log = logging.getLogger(__name__)
 
@@ -131,9 +132,12 @@ class ManagedWriter(FileSystemWriter):
     """A DCP storage writer committing ``step`` through ``manager`` (see the module docstring). ``options`` go to
     ``FileSystemWriter`` (``thread_count``, ``single_file_per_rank``, ...); files are always fsynced."""
 
-    def __init__(self, manager: CheckpointManager, step: int, **options: Any):
+    def __init__(
+        self, manager: CheckpointManager, step: int, *, metrics: Mapping[str, float] | None = None, **options: Any
+    ):
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ValueError(f"step: expected a non-negative integer; got {step!r}")
+        self.metrics = checked_metrics(metrics)
         if "sync_files" in options or "overwrite" in options:
             raise ValueError("sync_files/overwrite: the manager always fsyncs and never overwrites a committed step")
         join(manager)
@@ -181,7 +185,7 @@ class ManagedWriter(FileSystemWriter):
             fsync_dir(manager.directory)
             ranks.write_manifest(staging, rank=manager.rank, run_id=manager.run_id, step=self.step, files=files)
         except BaseException:
-            metrics.SAVE_FAILURES.inc()
+            exported.SAVE_FAILURES.inc()
             self._release()
             raise
         if not manager.is_coordinator:
@@ -201,13 +205,13 @@ class ManagedWriter(FileSystemWriter):
             if missing := sorted(reported - set(files)):
                 raise RuntimeError(f"{staging.name}: files reported by the ranks but in no manifest: {missing}")
             files[METADATA] = crc32c_file(staging / METADATA)  # rank 0's
-            manager.commit(self.step, staging, files)
+            manager.commit(self.step, staging, files, metrics=self.metrics)
         except BaseException:
-            metrics.SAVE_FAILURES.inc()
+            exported.SAVE_FAILURES.inc()
             raise
         finally:
             self._release()
-        metrics.SAVE_SECONDS.observe(time.monotonic() - self._started)
+        exported.SAVE_SECONDS.observe(time.monotonic() - self._started)
         manager.retain()
 
     def _release(self) -> None:

@@ -32,12 +32,12 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import metrics
+from .. import metrics as exported
 from . import layout, ranks
 from .commit import (
     CheckpointBusyError,
@@ -55,6 +55,7 @@ from .commit import (
 )
 from .commit import lock as _lock
 from .commit import unlock as _unlock
+from .records import checked_metrics
 from .store import Checkpoint, CheckpointStore, _check_int
 
 if TYPE_CHECKING:
@@ -67,23 +68,27 @@ __all__ = ["Checkpoint", "CheckpointBusyError", "CheckpointInvalidError", "Check
 class CheckpointManager(CheckpointStore):
     """Checkpoints of one training run: see the module docstring and :class:`CheckpointStore` for the settings."""
 
-    def save(self, step: int, write: Callable[[Path], object]) -> Checkpoint:
+    def save(
+        self, step: int, write: Callable[[Path], object], *, metrics: Mapping[str, float] | None = None
+    ) -> Checkpoint:
         """Save checkpoint ``step``: ``write(directory)`` writes this rank's files into a staging directory; the
-        manager makes them durable and (on the coordinator, once every rank's are) commits them, then applies
-        retention. Returns once the step is committed, on every rank."""
+        manager makes them durable and (on the coordinator, once every rank's are) commits them, with ``metrics``
+        (the coordinator's: loss, tokens seen, ...) in the marker, then applies retention. Returns once the step
+        is committed, on every rank."""
         _check_int("step", step, 0, "a non-negative integer")
+        recorded = checked_metrics(metrics)
         started = time.monotonic()
         try:
-            checkpoint = self._save(step, write)
+            checkpoint = self._save(step, write, recorded)
         except Exception:
-            metrics.SAVE_FAILURES.inc()
+            exported.SAVE_FAILURES.inc()
             raise
-        metrics.SAVE_SECONDS.observe(time.monotonic() - started)
+        exported.SAVE_SECONDS.observe(time.monotonic() - started)
         if self.is_coordinator:
             self.retain()
         return checkpoint
 
-    def _save(self, step: int, write: Callable[[Path], object]) -> Checkpoint:
+    def _save(self, step: int, write: Callable[[Path], object], recorded: dict[str, float]) -> Checkpoint:
         self.directory.mkdir(parents=True, exist_ok=True)
         if self.is_coordinator:
             self.clean(saving=step)
@@ -109,7 +114,7 @@ class CheckpointManager(CheckpointStore):
             fsync_dir(staging)
             fsync_dir(self.directory)
             if self.world_size == 1:
-                return self._commit_locked(step, staging, files)
+                return self._commit_locked(step, staging, files, metrics=recorded)
             ranks.write_manifest(staging, rank=self.rank, run_id=self.run_id, step=step, files=files)
         except BaseException as error:
             if self.world_size == 1:
@@ -123,18 +128,25 @@ class CheckpointManager(CheckpointStore):
             ranks.wait_for_commit(self.final_path(step), staging, run_id=self.run_id, timeout=self.timeout)
             return Checkpoint(step, self.final_path(step))
         files = ranks.wait_for_manifests(staging, world_size=self.world_size, run_id=self.run_id, timeout=self.timeout)
-        return self.commit(step, staging, files)
+        return self.commit(step, staging, files, metrics=recorded)
 
     def commit(
-        self, step: int, staging: Path, files: dict[str, FileRecord], *, run_id: str | None = None
+        self,
+        step: int,
+        staging: Path,
+        files: dict[str, FileRecord],
+        *,
+        run_id: str | None = None,
+        metrics: Mapping[str, float] | None = None,
     ) -> Checkpoint:
         """Commit the durable staging directory ``staging`` as ``step`` (coordinator only): its files are ``files``
-        (every rank's, with sizes and CRC32C). Takes the step's lock exclusively, waiting up to ``timeout``."""
+        (every rank's, with sizes and CRC32C), ``metrics`` recorded in the marker. Takes the step's lock
+        exclusively, waiting up to ``timeout``."""
         fd = None
         try:  # a lock that cannot be taken fails the commit too: the other ranks hear it at once
             fd = lock_waiting(self._lock_path(step), shared=False, timeout=self.timeout, what=f"step {step}")
             self._check_new(step, held=True)
-            return self._commit_locked(step, staging, files, run_id=run_id)
+            return self._commit_locked(step, staging, files, run_id=run_id, metrics=checked_metrics(metrics))
         except BaseException as error:
             ranks.abort(staging, f"the commit failed: {error!r}")
             raise
@@ -143,7 +155,14 @@ class CheckpointManager(CheckpointStore):
                 _unlock(self._lock_path(step), fd)
 
     def _commit_locked(
-        self, step: int, staging: Path, files: dict[str, FileRecord], *, run_id: str | None = None
+        self,
+        step: int,
+        staging: Path,
+        files: dict[str, FileRecord],
+        *,
+        run_id: str | None = None,
+        metrics: dict[str, float] | None = None,
+        committed_at: str = "",
     ) -> Checkpoint:
         wrong = [
             f"{name}: missing or not {r.size} bytes" for name, r in files.items() if _size(staging / name) != r.size
@@ -156,7 +175,7 @@ class CheckpointManager(CheckpointStore):
         final = self.final_path(step)
         os.rename(staging, final)
         fsync_dir(self.directory)
-        marker = Marker(step, files, run_id or self.run_id, self.world_size)
+        marker = Marker(step, files, run_id or self.run_id, self.world_size, committed_at, metrics or {})
         write_marker(final, marker)
         self._trusted.add((step, marker.run_id))
         self._drop_other_stagings(step)
@@ -192,7 +211,7 @@ class CheckpointManager(CheckpointStore):
             yield checkpoint
         finally:
             _unlock(self._lock_path(checkpoint.step), fd)
-        metrics.RESTORE_SECONDS.observe(time.monotonic() - started)
+        exported.RESTORE_SECONDS.observe(time.monotonic() - started)
 
     def _lease(self, step: int | None, timeout: float) -> tuple[Checkpoint, int] | None:
         if self.world_size > 1 and not self.is_coordinator:  # the coordinator chose and validated the step
@@ -281,7 +300,10 @@ class CheckpointManager(CheckpointStore):
                 raise CheckpointInvalidError(f"{source}: {'; '.join(found)}")
             sync_tree(staging, checksum=False)
             fsync_dir(self.directory)
-            checkpoint = self._commit_locked(marker.step, staging, marker.files, run_id=marker.run_id)
+            checkpoint = self._commit_locked(  # the source's records: when the step was taken, its metrics
+                marker.step, staging, marker.files, run_id=marker.run_id, metrics=marker.metrics,
+                committed_at=marker.committed_at,
+            )  # fmt: skip
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -290,11 +312,12 @@ class CheckpointManager(CheckpointStore):
         self.retain()
         return checkpoint
 
-    def writer(self, step: int, **options: Any) -> ManagedWriter:
-        """A ``torch.distributed.checkpoint`` storage writer saving ``step`` through this manager."""
+    def writer(self, step: int, *, metrics: Mapping[str, float] | None = None, **options: Any) -> ManagedWriter:
+        """A ``torch.distributed.checkpoint`` storage writer saving ``step`` through this manager (with
+        ``metrics`` recorded in the marker by the coordinator)."""
         from .dcp import ManagedWriter
 
-        return ManagedWriter(self, step, **options)
+        return ManagedWriter(self, step, metrics=metrics, **options)
 
     def reader(self, step: int | None = None, *, rollback: bool = False, require: bool = False) -> ManagedReader | None:
         """A ``torch.distributed.checkpoint`` storage reader of the newest checkpoint that validates (or ``step``),

@@ -60,6 +60,8 @@ def _committed(path: Path, verify: str) -> dict[str, Any] | None:
         "bytes": sum(r.size for r in marker.files.values()),
         "world_size": marker.world_size,
         "checksums": all(r.crc32c is not None for r in marker.files.values()),
+        "committed_at": marker.committed_at or None,
+        "metrics": marker.metrics,
         "problems": found,
     }
 
@@ -111,6 +113,8 @@ def inspect(directory: Path, *, verify: str = "crc32c", stale_minutes: float = 6
     valid = [c for c in state["committed"] if not c["problems"]]
     newest = max(valid, key=lambda c: c["step"]) if valid else None
     state["newest_valid_step"] = newest["step"] if newest else None
+    state["newest_valid_committed_at"] = newest["committed_at"] if newest else None
+    state["newest_valid_metrics"] = newest["metrics"] if newest else {}
     state["staging_bytes_per_rank"] = -(-newest["bytes"] // newest["world_size"]) if newest else None
     state["host_memory_available_bytes"] = _memory_available()
     return state

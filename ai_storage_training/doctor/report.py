@@ -77,9 +77,14 @@ def checkpoints_line(state: dict[str, Any]) -> str:
     newest = state["newest_valid_step"]
     line = (
         f"  checkpoints in {state['directory']}: {valid} of {len(state['committed'])} committed validate "
-        f"({state['verify']}), newest valid step {newest if newest is not None else 'none'}; "
-        f"{len(state['in_flight'])} in flight, {len(state['retired'])} retired"
+        f"({state['verify']}), newest valid step {newest if newest is not None else 'none'}"
     )
+    if newest is not None:
+        recorded = " ".join(f"{k}={v:g}" for k, v in sorted(state.get("newest_valid_metrics", {}).items()))
+        line += (
+            f" (committed {state.get('newest_valid_committed_at') or 'unknown'}{', ' + recorded if recorded else ''})"
+        )
+    line += f"; {len(state['in_flight'])} in flight, {len(state['retired'])} retired"
     staging, available = state.get("staging_bytes_per_rank"), state.get("host_memory_available_bytes")
     if staging:
         line += f"; staging {staging / MIB:,.0f} MiB of host memory per rank per save in flight"

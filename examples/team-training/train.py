@@ -170,7 +170,7 @@ def open_dataset(parser: argparse.ArgumentParser, args: argparse.Namespace) -> S
 
 def train(args: argparse.Namespace, trained, optimizer, position: DataPosition, step: int, save) -> tuple[int, float]:
     """Train from ``step`` to --steps, epoch after epoch (a resumed loader first finishes its epoch), calling
-    ``save(step)`` every --save-every steps; return the last step and loss."""
+    ``save(step, loss)`` every --save-every steps; return the last step and loss."""
     device = next(trained.parameters()).device
     loss = torch.zeros(())
     while step < args.steps:
@@ -186,7 +186,7 @@ def train(args: argparse.Namespace, trained, optimizer, position: DataPosition, 
             optimizer.zero_grad()
             time.sleep(args.step_seconds)
             if step % args.save_every == 0:
-                save(step)
+                save(step, loss)
             if step >= args.steps:
                 break
         else:
@@ -240,8 +240,10 @@ def main() -> None:
         checkpointer.on_saved.append(promoter.wake)
         promoter.start()
 
-    def save(at: int) -> None:
-        checkpointer.save_dcp(at, training_state(model, optimizer, at, rank, position), process_group=saves)
+    def save(at: int, loss: torch.Tensor) -> None:
+        recorded = {"loss": loss.item(), "samples": position.samples}  # rank 0's go into the marker (`list`)
+        state = training_state(model, optimizer, at, rank, position)
+        checkpointer.save_dcp(at, state, process_group=saves, metrics=recorded)
 
     with checkpointer:
         step, loss = train(args, trained, optimizer, position, step, save)

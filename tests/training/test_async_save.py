@@ -28,12 +28,12 @@ class GatedManager:
         self.fail = fail
         self.started: list[int] = []
 
-    def save(self, step, write):
+    def save(self, step, write, **records):
         self.started.append(step)
         assert self.gate.wait(60), "the test never opened the gate"
         if self.fail is not None:
             raise self.fail
-        return self.real.save(step, write)
+        return self.real.save(step, write, **records)
 
 
 @pytest.fixture

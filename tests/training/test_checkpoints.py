@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import crc32c
@@ -48,6 +49,8 @@ def test_save_then_resume_returns_the_newest_complete_checkpoint_with_its_files(
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["step-00000010", "step-00000020"]
     marker = json.loads((tmp_path / "run" / "step-00000020" / layout.MARKER).read_text())
     model, optimizer = bytes([20]) * 1000, json.dumps({"lr": 0.1}).encode()
+    committed = datetime.fromisoformat(marker.pop("committed_at"))
+    assert committed.utcoffset() == timedelta(0) and abs(datetime.now(timezone.utc) - committed) < timedelta(minutes=5)
     assert marker == {
         "format": 2,
         "step": 20,

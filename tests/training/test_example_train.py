@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from ai_storage_training.checkpoint.listing import listing
 from ai_storage_training.checkpoint.manager import CheckpointManager
 from ai_storage_training.data.pack import pack
 
@@ -127,6 +128,10 @@ def test_the_job_saves_and_resumes_bit_for_bit_where_it_stopped(tmp_path, data):
     manager = CheckpointManager(checkpoints, keep=None)
     assert [c.step for c in manager.checkpoints()] == [2, 4, 6]
     assert {".metadata", "__0_0.distcp", "COMPLETE"} <= {p.name for p in manager.final_path(6).iterdir()}
+    recorded = [row["metrics"] for row in listing(checkpoints)]  # what `list` shows: the loss and samples of each
+    assert [r["samples"] for r in recorded] == [2 * BATCH, 4 * BATCH, 6 * BATCH] and all(
+        r["loss"] > 0 for r in recorded
+    )
     # Restarted (a pod evicted after step 7): it resumes from step 6, with model, optimizer and RNG state.
     # Its data position too: mid-epoch (6 of the epoch's 8 batches), the loader continues at the 7th.
     resumed, where = train(data, checkpoints, "--steps=10", "--save-every=2")

@@ -1,0 +1,77 @@
+"""``list DIR``: every committed step of a checkpoint directory, when it was committed, its size, and the training
+metrics the job saved with it, as a table or ``--json``. Reads the ``COMPLETE`` markers only: no lock, no
+validation (``restore-test`` and ``doctor --checkpoints`` validate). Markers from before the records show the time
+and metrics as unknown. Exit status 0, also when there is no committed step (the table says so)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ..cli import EXIT_OK
+from ..cli_types import Directory
+from . import layout
+from .commit import read_marker
+
+GIB = 1024**3
+
+
+def listing(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every committed step of ``directory`` (a step directory with a readable marker), oldest first."""
+    rows = []
+    for name in sorted(os.listdir(directory)):
+        if layout.parse_step(name) is None:
+            continue
+        marker = read_marker(Path(directory, name))
+        if marker is None:
+            continue  # torn, or being deleted by retention (its marker goes first)
+        rows.append(
+            {
+                "step": marker.step,
+                "committed_at": marker.committed_at or None,
+                "bytes": sum(record.size for record in marker.files.values()),
+                "files": len(marker.files),
+                "world_size": marker.world_size,
+                "run_id": marker.run_id,
+                "metrics": marker.metrics,
+            }
+        )
+    return sorted(rows, key=lambda row: row["step"])
+
+
+def table(directory: str | os.PathLike[str], rows: list[dict[str, Any]]) -> str:
+    """The rows as the text table ``list`` prints."""
+    if not rows:
+        return f"no committed checkpoint in {directory}"
+    lines = [f"{'step':>10}  {'committed (UTC)':<25}  {'size':>10}  {'files':>5}  {'ranks':>5}  metrics"]
+    for row in rows:
+        metrics = " ".join(f"{name}={value:g}" for name, value in sorted(row["metrics"].items())) or "-"
+        size = f"{row['bytes'] / GIB:.2f} GiB"
+        when = row["committed_at"] or "unknown"
+        lines.append(f"{row['step']:>10}  {when:<25}  {size:>10}  {row['files']:>5}  {row['world_size']:>5}  {metrics}")
+    return "\n".join(lines)
+
+
+def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
+    """The ``list`` subcommand."""
+    parser = subparsers.add_parser(
+        "list",
+        help="list the committed checkpoints of a directory with their time, size and training metrics",
+        description=__doc__.split("\n\n")[0],
+    )
+    parser.add_argument(
+        "directory",
+        metavar="DIR",
+        type=Directory("the checkpoint directory, e.g. /checkpoints/<job>"),
+        help="a job's checkpoint directory ($AI_STORAGE_CHECKPOINT_DIR)",
+    )
+    parser.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+
+
+def run(args: argparse.Namespace) -> int:
+    rows = listing(args.directory)
+    print(json.dumps(rows, sort_keys=True) if args.json else table(args.directory, rows), flush=True)
+    return EXIT_OK
