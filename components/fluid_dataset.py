@@ -19,7 +19,7 @@ from pydantic import Field
 from .backends.object_stores.bucket import PREFIX
 from .common import kube
 from .juicefs import JuiceFSSource
-from .sections import DnsLabel, Problem, Quantity, Section
+from .sections import Cron, DnsLabel, Problem, Quantity, Section
 
 API = "data.fluid.io/v1alpha1"
 CSI_DRIVER = "fuse.csi.fluid.io"
@@ -61,6 +61,17 @@ class DatasetCache(Section):
     """Load the dataset into the cache once it is bound (DataLoad)."""
     prewarm_paths: list[str] = ["/"]
     """Directories of the dataset to pre-warm."""
+    warmup_schedule: Cron | None = None
+    """Load `prewarmPaths` into the cache again on this cron schedule (a DataLoad `<name>-warmup` with Fluid's
+    `policy: Cron`), e.g. an hour before the nightly runs: a cache evicted since the first load is warm again;
+    unset: loaded once (`prewarm`)."""
+
+    def problems(self) -> list[Problem]:
+        """A scheduled warm-up re-loads what the pre-warm loads."""
+        if self.warmup_schedule is not None and not self.prewarm:
+            hint = "the scheduled warm-up loads prewarmPaths again; set prewarm: true (the first load) with it"
+            return [Problem("prewarm", "expected true with warmupSchedule", self.prewarm, hint)]
+        return []
 
 
 class DatasetSettings(DatasetCache):
@@ -75,11 +86,12 @@ class DatasetSettings(DatasetCache):
 
     def problems(self) -> list[Problem]:
         """An Alluxio dataset reads one directory of the bucket, never all of it (its keys reach only that)."""
+        found = super().problems()
         if self.runtime == "alluxio" and not PREFIX.match(bucket_prefix(self.path)):
             expected = "expected a directory of the bucket in lowercase path segments (e.g. /datasets/imagenet)"
             hint = "the bucket also holds the JuiceFS chunks, the metadata backups and every team's checkpoints"
-            return [Problem("path", expected, self.path, hint)]
-        return []
+            found.append(Problem("path", expected, self.path, hint))
+        return found
 
 
 def bucket_prefix(path: str) -> str:
@@ -236,17 +248,29 @@ def dataset(
         spec=runtime_spec(d, secret, source),
         opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[dataset])),
     )
-    if d.prewarm:
+    after = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[dataset, runtime]))
+    loads: list[tuple[str, str | None]] = [("prewarm", None)] if d.prewarm else []
+    loads += [("warmup", d.warmup_schedule)] if d.warmup_schedule else []
+    for role, schedule in loads:
         k8s.apiextensions.CustomResource(
-            f"{name}-dataload-{suffix}",
+            f"{name}-dataload-{suffix}" if role == "prewarm" else f"{name}-warmup-{suffix}",
             api_version=API,
             kind="DataLoad",
-            metadata={"name": f"{d.name}-prewarm", "namespace": namespace, "labels": kube.labels("fluid", "dataload")},
-            spec={
-                "dataset": {"name": d.name, "namespace": d.namespace},
-                "loadMetadata": True,
-                "target": [{"path": p} for p in d.prewarm_paths],
-            },
-            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[dataset, runtime])),
+            metadata={"name": f"{d.name}-{role}", "namespace": namespace, "labels": kube.labels("fluid", "dataload")},
+            spec=dataload_spec(d, schedule),
+            opts=after,
         )
     return dataset
+
+
+def dataload_spec(d: DatasetSettings, schedule: str | None) -> dict[str, Any]:
+    """A DataLoad of the dataset's ``prewarmPaths``: once when the dataset is bound, or on ``schedule`` (Fluid's
+    ``policy: Cron``)."""
+    spec: dict[str, Any] = {
+        "dataset": {"name": d.name, "namespace": d.namespace},
+        "loadMetadata": True,
+        "target": [{"path": p} for p in d.prewarm_paths],
+    }
+    if schedule:
+        spec.update(policy="Cron", schedule=schedule)
+    return spec

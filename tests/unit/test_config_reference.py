@@ -355,6 +355,13 @@ CROSS_FIELD: list[tuple[str, str, dict[str, Any], str, str]] = [
     ),
     ("JobSettings", "team", {"job.kind": "volcano"}, "job.image", "expected an image with kind: volcano"),
     (
+        "DatasetCache",
+        "platform",
+        {"fluid.datasets": [{"name": "d", "path": "/datasets/d", "warmupSchedule": "0 1 * * *"}]},
+        "fluid.datasets[0].prewarm",
+        "expected true with warmupSchedule",
+    ),
+    (
         "JobVolume",
         "team",
         {"job.volumes": [{"name": "scratch", "mountPath": "/scratch", "hostPath": "/mnt/nvme"}]},

@@ -195,3 +195,38 @@ def test_dev_runs_single_controllers_without_budgets():
     values = chart_values(FluidSettings.model_validate({"enabled": True, "datasets": [{"name": "d"}]}))
     assert "dataset" not in values and "fluidapp" not in values
     assert "replicas" not in values["webhook"] and values["runtime"] == {"juicefs": values["runtime"]["juicefs"]}
+
+
+def test_a_warmup_schedule_reloads_the_cache_on_a_cron_dataload_valid_against_fluids_crd(build):
+    from tests.conformance.upstream import validate_custom_resource
+
+    result, _ = build(lambda: fluid({**IMAGENET, "warmupSchedule": "0 1 * * *"}))
+    first, again = (
+        by_name(result, "DataLoad", "imagenet-mini-prewarm"),
+        by_name(result, "DataLoad", "imagenet-mini-warmup"),
+    )
+    assert "policy" not in first["spec"]  # Fluid's default: Once, when the dataset is bound
+    assert (again["spec"]["policy"], again["spec"]["schedule"]) == ("Cron", "0 1 * * *")
+    assert again["spec"]["target"] == first["spec"]["target"] and again["spec"]["dataset"] == first["spec"]["dataset"]
+    assert validate_custom_resource(first) == [] and validate_custom_resource(again) == []
+    result, _ = build(lambda: fluid(IMAGENET))
+    assert [o["metadata"]["name"] for o in objects(result, "DataLoad")] == ["imagenet-mini-prewarm"]
+
+
+@pytest.mark.parametrize(
+    ("dataset", "key", "expected"),
+    [
+        ({**IMAGENET, "warmupSchedule": "every night"}, "fluid.datasets[0].warmupSchedule", "expected a cron schedule"),
+        ({**IMAGENET, "warmupSchedule": "0 25 * * *"}, "fluid.datasets[0].warmupSchedule", "expected a cron schedule"),
+        (
+            {**IMAGENET, "prewarm": False, "warmupSchedule": "0 1 * * *"},
+            "fluid.datasets[0].prewarm",
+            "true with warmupSchedule",
+        ),
+    ],
+)
+def test_a_bad_warmup_schedule_is_refused_in_one_line_naming_the_key(dataset, key, expected):
+    with pytest.raises(SettingsError) as caught:
+        load_settings("dev", {"fluid": {"datasets": [dataset]}})
+    lines = [line for line in str(caught.value).splitlines() if line.startswith(f"  - {key}:")]
+    assert len(lines) == 1 and expected in lines[0] and "Hint:" in lines[0]
