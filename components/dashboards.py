@@ -1,10 +1,10 @@
 """Grafana dashboards of the platform, as the JSON the Grafana sidecar loads from labelled ConfigMaps.
 
 Per tier throughput (cold: the JuiceFS clients; warm, checkpoint and block: their Ceph pools; hot: TopoLVM
-exports capacity, not I/O), the cache hit ratio and evictions, metadata latency and errors (the JuiceFS
-clients' metadata operations, and Redis), object store requests (the JuiceFS clients, every backend), the
-training jobs as the training library sees them (with their asynchronous checkpoints), the data protection
-CronJobs and the restore tests.
+exports capacity, not I/O; every tier as the training jobs read it, by their data-tier label), the cache hit
+ratio and evictions, metadata latency and errors (the JuiceFS clients' metadata operations, and Redis), object
+store requests (the JuiceFS clients, every backend), the training jobs as the training library sees them (with
+their asynchronous checkpoints), the data protection CronJobs and the restore tests.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from .protection_alerts import STALE_AFTER_RUNS
+from .training_alerts import TIER
 
 UID_PREFIX = "ai-storage-"
 REQUESTS = "juicefs_object_request_durations_histogram_seconds_count"
@@ -94,6 +95,20 @@ def data_path(window: str) -> dict[str, Any]:
                 8,
             ),
             panel("Cold tier read latency", {"{{mp}}": "ai_storage:juicefs_read_latency_seconds:mean"}, "s", 0, 16),
+            panel(
+                "Training reads by tier (throughput, the jobs' view)",
+                {"{{ai_storage_platform_data_tier}}": f"sum by ({TIER}) (ai_storage:read_bytes:rate)"},
+                "Bps",
+                0,
+                24,
+            ),
+            panel(
+                "Training reads by tier (mean latency, slowest pod)",
+                {"{{ai_storage_platform_data_tier}}": f"max by ({TIER}) (ai_storage:read_latency_seconds:mean)"},
+                "s",
+                12,
+                24,
+            ),
             panel(
                 "Hot tier (TopoLVM) free capacity",
                 {"{{node}} {{device_class}}": "topolvm_volumegroup_available_bytes"},

@@ -48,7 +48,7 @@ def _container(job: JobSettings, group: TaskSettings, name: str) -> dict[str, An
 
 def _labelled(pod: dict[str, Any]) -> dict[str, Any]:
     """A pod the platform's training PodMonitor selects."""
-    pod["metadata"]["labels"] = dict(training.METRICS_LABELS)
+    pod["metadata"]["labels"] = {**training.METRICS_LABELS, **pod["metadata"]["labels"]}
     return pod
 
 

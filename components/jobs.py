@@ -21,6 +21,7 @@ from . import training, volcano
 from .common import kube
 from .node_storage import GPU_TOLERATION, Toleration
 from .sections import DnsLabel, PinnedImage, Problem, Section
+from .training import DATA_TIER_LABEL
 
 Kind = Literal["trainjob", "pytorchjob", "tfjob", "volcano"]
 Mount = Literal["data", "checkpoints"]
@@ -186,6 +187,8 @@ class PodContext:
     checkpoint_claim: str
     landing: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     """The checkpoint landing volume, mount and variables (``checkpoints.landing``), or empty."""
+    data_tier: str = "cold"
+    """The tier the pods read their data from (the pods' ``training.DATA_TIER_LABEL``)."""
 
 
 def requests_gpus(resources: volcano.QueueResources | None) -> bool:
@@ -223,4 +226,5 @@ def team_pod(job: JobSettings, group: TaskSettings, where: PodContext, container
     }
     if requests_gpus(group.resources or job.resources_per_node) and job.gpu_tolerations:
         spec["tolerations"] = [t.spec() for t in job.gpu_tolerations]
-    return {"metadata": {"annotations": {volcano.QUEUE_ANNOTATION: where.queue}}, "spec": spec}
+    metadata = {"annotations": {volcano.QUEUE_ANNOTATION: where.queue}, "labels": {DATA_TIER_LABEL: where.data_tier}}
+    return {"metadata": metadata, "spec": spec}

@@ -26,7 +26,7 @@ from .alert_rules import RuleSettings, rule_groups
 from .common import kube
 from .dashboards import dashboards
 from .sections import DnsLabel, Resources, Section, Window
-from .training import METRICS_LABELS, METRICS_PORT_NAME
+from .training import DATA_TIER_LABEL, METRICS_LABELS, METRICS_PORT_NAME
 
 API = "monitoring.coreos.com/v1"
 CRDS = ("servicemonitors", "podmonitors", "prometheusrules")
@@ -198,6 +198,7 @@ class Monitoring(pulumi.ComponentResource):
             self._custom("minio", "ServiceMonitor", "minio", args.minio_namespace, spec)
         # Training pods run in the platform's workload namespace and in every team's: any namespace.
         spec = pod_monitor_spec({"matchLabels": METRICS_LABELS}, every, None, METRICS_PORT_NAME)
+        spec["podTargetLabels"] = [DATA_TIER_LABEL]  # as ai_storage_platform_data_tier: the read alerts' tier
         self._custom("training-jobs", "PodMonitor", "training-jobs", self._settings.namespace, spec, (self._ns,))
 
     def _custom(

@@ -38,7 +38,7 @@ from .namespace_rules import namespace_problem, platform_defaults
 from .sections import DnsLabel, Problem, Quantity, Section, validate
 from .staging import StagingSettings, stage_into
 from .storage_tiers import NAME_PREFIX
-from .training import CHECKPOINT_PATH
+from .training import CHECKPOINT_PATH, DataTier
 
 DELIVERED = DeliveredOffsite(tenants.OFFSITE_ACCOUNT, tenants.OFFSITE_TARGET, tenants.OFFSITE_CREDENTIALS)
 """What the platform delivers into a team's namespace for its offsite copies."""
@@ -54,6 +54,10 @@ class TeamDatasetSettings(Section):
     `datasets` or `fluidDatasets`)."""
     size: Quantity = "100Gi"
     """Requested size of the cold-tier claim (`source: claim`)."""
+    tier: DataTier = "cold"
+    """Tier the dataset lives on: the team's own claim's StorageClass `<tierPrefix><tier>` (`source: claim`), or the
+    vended claim's tier (`source: shared`; the platform's are cold). The pods' `ai-storage-platform/data-tier` label,
+    by which the read alerts and panels group (with staging: hot)."""
 
 
 class WorkspaceSettings(Section):
@@ -132,6 +136,13 @@ class TeamSettings(Section):
                     self.checkpoint.claim,
                     "the dataset and the checkpoints are two claims in one namespace",
                 )
+            )
+        if self.dataset.source == "claim" and self.dataset.tier == "hot":
+            hint = (
+                "hot-tier volumes are node-local (ReadWriteOnce): keep the dataset on warm or cold and stage a version"
+            )
+            found.append(
+                Problem("dataset.tier", "expected warm or cold with source: claim", "hot", hint + " (staging)")
             )
         test = self.checkpoint.restore_test
         if test.enabled and test.image is None and self.job.image is None:
@@ -252,7 +263,8 @@ class TeamWorkspace(pulumi.ComponentResource):
     def _job(self, name: str, s: TeamSettings, after: list[pulumi.Resource]) -> pulumi.Output[str]:
         """The training job in its kind (``job_kinds``)."""
         local = landing(s.checkpoint.landing, f"{s.workspace.tier_prefix}hot", s.checkpoint_dir)
-        where = PodContext(s.queue_name, s.workspace.run_as_user, s.dataset.name, s.checkpoint.claim, local)
+        tier = "hot" if s.staging.enabled else s.dataset.tier  # staged: the pods read the copy on the hot tier
+        where = PodContext(s.queue_name, s.workspace.run_as_user, s.dataset.name, s.checkpoint.claim, local, tier)
         spec = job_spec(s.job, where)
         if s.job.kind == "volcano":
             _stage_dataset(spec, s)
@@ -282,7 +294,7 @@ class TeamWorkspace(pulumi.ComponentResource):
             metadata={"name": d.name, "namespace": w.namespace, "labels": kube.labels("team", "dataset")},
             spec={
                 "accessModes": ["ReadWriteMany"],
-                "storageClassName": f"{w.tier_prefix}cold",
+                "storageClassName": f"{w.tier_prefix}{d.tier}",
                 "resources": {"requests": {"storage": d.size}},
             },
             opts=kube.stateful(self, w.protect),

@@ -1,17 +1,15 @@
 """Training: Kubeflow Trainer v2 (or the v1 training-operator) with runtimes gang-scheduled by Volcano.
 
 Trainer v2 is the OCI chart as a Helm release with its JobSet dependency. Its built-in runtimes come from a
-post-install hook Job that downloads kubectl at run time, so every built-in runtime is switched off (the
-hook only exists while one is on) and the ClusterTrainingRuntimes are created here instead. Each runtime
-asks Volcano for gang scheduling (``podGroupPolicy.volcano``), runs its pods with ``schedulerName: volcano``
-and names its Queue with ``scheduling.volcano.sh/queue-name``: on the JobSet template, where the Trainer's
-Volcano plugin reads it for the PodGroup, and on the pod template. Pods mount a dataset claim read-only at
-``/data`` and the checkpoint-tier claim at ``/checkpoints``.
+post-install hook Job that downloads kubectl at run time, so every built-in runtime is off (the hook exists only
+while one is on) and the ClusterTrainingRuntimes are created here. Each runtime asks Volcano for gang scheduling
+(``podGroupPolicy.volcano``), runs its pods with ``schedulerName: volcano`` and names its Queue
+(``scheduling.volcano.sh/queue-name``) on the JobSet template (the Trainer's Volcano plugin reads it there) and on
+the pod template. Pods mount a dataset claim read-only at ``/data`` and the checkpoint claim at ``/checkpoints``.
 
-The v1 training-operator has no chart: it is the upstream kustomize overlay ``standalone`` at a pinned tag,
-rendered by the provider (``kustomize.v2.Directory``; under the offline mocks it renders no children), with
-a transform that pins the operator image and adds ``--gang-scheduler-name=volcano``. It is installed after
-Volcano because with that flag it exits when the PodGroup CRD is missing.
+The v1 training-operator has no chart: the upstream kustomize overlay ``standalone`` at a pinned tag, rendered by
+the provider (``kustomize.v2.Directory``; offline it renders no children), with a transform that pins the image
+and adds ``--gang-scheduler-name=volcano``; installed after Volcano (it exits without the PodGroup CRD).
 """
 
 from __future__ import annotations
@@ -38,10 +36,12 @@ NODE = "node"
 """Name of the trainer's replicated job and of its container (Trainer v2's `node`)."""
 METRICS_LABELS = {"ai-storage-platform/metrics": "training"}
 """Labels of the pods that run the training library (the platform's PodMonitor `training-jobs` selects them)."""
+DATA_TIER_LABEL = "ai-storage-platform/data-tier"
+"""The tier a training pod reads (onto its metrics by the PodMonitor: the read alerts group by it)."""
+DataTier = Literal["hot", "warm", "cold"]
 METRICS_PORT_NAME = "train-metrics"
 METRICS_PORT = 9095
-"""Port the training library serves its metrics on (`ai_storage_training.metrics.serve()`, from
-`$AI_STORAGE_METRICS_PORT`)."""
+"""Port the training library serves its metrics on (`metrics.serve()`, from `$AI_STORAGE_METRICS_PORT`)."""
 METRICS_DIR, METRICS_DIR_VOLUME, METRICS_DIR_SIZE = "/var/run/ai-storage-metrics", "metrics-dir", "64Mi"
 """prometheus_client's multiprocess directory in each training container (an emptyDir; about 16 KiB per process)."""
 V1_NAMESPACE = "kubeflow"
@@ -65,6 +65,8 @@ class RuntimeSettings(Section):
     """Trainer image, pinned by tag or digest; TrainJobs usually override it."""
     dataset_claim: DnsLabel
     """PVC mounted read-only at `/data` (a Fluid dataset's claim carries the dataset's name)."""
+    data_tier: DataTier = "cold"
+    """Tier of `datasetClaim` (Fluid's: cold): the pods' data-tier label, the read alerts' group (staged: hot)."""
     checkpoint_landing: checkpoints.LandingSettings = checkpoints.LandingSettings()
     """A node-local landing volume of the hot tier in each pod, for checkpoints promoted to `/checkpoints`."""
     staging: StagingSettings = StagingSettings()
@@ -175,13 +177,14 @@ def runtime_spec(
     ``staging.enabled``, the dataset staged onto a ``<tier_prefix>hot`` volume first: ``staging``; with
     ``checkpointLanding.enabled``, a checkpoint landing volume of that class: ``checkpoints.landing``)."""
     queue = {QUEUE_ANNOTATION: runtime.queue}
+    tier = {DATA_TIER_LABEL: "hot" if runtime.staging.enabled else runtime.data_tier}  # staged: read on hot
     mounts, volumes = claim_volumes(runtime.dataset_claim, checkpoint_claim)
     ports, env = metrics_port()
     for extra in (metrics_dir(), checkpoints.landing(runtime.checkpoint_landing, f"{tier_prefix}hot", CHECKPOINT_PATH)):
         mounts, volumes, env = mounts + extra["volumeMounts"], volumes + extra["volumes"], env + extra["env"]
     container = {"name": NODE, "image": runtime.image, "ports": ports, "env": env, "volumeMounts": mounts}
     pod: dict[str, Any] = {
-        "metadata": {"annotations": queue, "labels": {**METRICS_LABELS, **(pod_labels or {})}},
+        "metadata": {"annotations": queue, "labels": {**METRICS_LABELS, **tier, **(pod_labels or {})}},
         "spec": {
             "schedulerName": SCHEDULER_NAME,
             "securityContext": dict(kube.ON_ROOT_MISMATCH),

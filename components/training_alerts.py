@@ -1,6 +1,7 @@
 """Alert rules of the training jobs, from the training library's own metrics (``ai_storage_training.metrics``,
-per training pod): prefetch hit ratio, checkpoint save and restore time, save failures, and checkpoint lag: the
-time since the newest requested checkpoint that is not yet durable, measured in checkpoint intervals.
+per training pod): read throughput and latency on every tier (labelled with the tier the pod reads), prefetch hit
+ratio, checkpoint save and restore time, save failures, and checkpoint lag: the time since the newest requested
+checkpoint that is not yet durable, measured in checkpoint intervals.
 """
 
 from __future__ import annotations
@@ -8,6 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from .alert_settings import RuleSettings, levels, seconds
+
+TIER = "ai_storage_platform_data_tier"
+"""The training pods' data-tier label as their metrics carry it (the PodMonitor's ``podTargetLabels``)."""
 
 
 def training_recording_rules(window: str, checkpoint_window: str) -> list[dict[str, Any]]:
@@ -33,6 +37,38 @@ def training_recording_rules(window: str, checkpoint_window: str) -> list[dict[s
             "record": "ai_storage:checkpoint_save_failure_ratio",
             "expr": f"rate({failures}[{cw}]) / (rate({failures}[{cw}]) + rate({saves}[{cw}]))",
         },
+        # The training pods' own reads, labelled with the tier they read (TIER, from the pod's data-tier label).
+        {"record": "ai_storage:read_bytes:rate", "expr": f"rate(ai_storage_read_bytes_total[{w}])"},
+        {"record": "ai_storage:reads:rate", "expr": f"rate(ai_storage_read_seconds_count[{w}])"},
+        {
+            "record": "ai_storage:read_latency_seconds:mean",
+            "expr": f"rate(ai_storage_read_seconds_sum[{w}]) / rate(ai_storage_read_seconds_count[{w}])",
+        },
+    ]
+
+
+def read_alerts(s: RuleSettings) -> list[dict[str, Any]]:
+    """Every tier's reads as the training jobs see them (hot and warm have no client metrics of their own), on
+    pods that are reading: the design's training-data read throughput and latency rows, labelled with the tier."""
+    t, f = s.thresholds, s.pending_for
+    tier = f"the {{{{ $labels.{TIER} }}}} tier"  # the alert's summary names the tier the pod reads
+    return [
+        *levels(
+            "TierReadThroughputLow",
+            "(ai_storage:read_bytes:rate / 1e6 and ai_storage:reads:rate > 1)",
+            "<",
+            t.read_throughput_mb_s,
+            f,
+            f"A training job reads {tier} below {{level}} MB/s",
+        ),
+        *levels(
+            "TierReadLatencyHigh",
+            "(ai_storage:read_latency_seconds:mean * 1000 and ai_storage:reads:rate > 1)",
+            ">",
+            t.read_latency_ms,
+            f,
+            f"A training job's mean read latency on {tier} is above {{level}} ms",
+        ),
     ]
 
 
@@ -40,6 +76,7 @@ def training_alerts(s: RuleSettings) -> list[dict[str, Any]]:
     """The design reference's training rows, per training pod (a ratio with no reads or saves has no value)."""
     t, f = s.thresholds, s.pending_for
     return [
+        *read_alerts(s),
         *levels(
             "TrainingPrefetchHitRatioLow",
             "ai_storage:prefetch_hit_ratio * 100",

@@ -130,6 +130,18 @@ def cases(t: AlertThresholds) -> dict[str, list[tuple[dict[str, str], dict[str, 
             f"ai_storage_prefetch_misses_total{{{p}}}": counter((100 - ready) * 10),
         }
         out.setdefault("TrainingPrefetchHitRatioLow", []).append((series, pod, severities))
+        # Reads of a hot-tier pod and a warm-tier pod (every tier's alert is one rule, labelled by the tier),
+        # 5 files a second; a pod that reads nothing (its rates zero) never fires.
+        mb_s = {"ok": thr.warning * 2, "warn": between(thr.warning, thr.critical), "crit": thr.critical / 2}[case]
+        ms = {"ok": lat.warning / 2, "warn": between(lat.warning, lat.critical), "crit": lat.critical * 2}[case]
+        for tier in ("hot", "warm"):
+            t_labels = {**pod, "pod": f"{case}-{tier}", "ai_storage_platform_data_tier": tier}
+            q = ",".join(f'{k}="{v}"' for k, v in t_labels.items())
+            reads = {f"ai_storage_read_seconds_count{{{q}}}": counter(300)}
+            series = {f"ai_storage_read_bytes_total{{{q}}}": counter(mb_s * 1e6 * 60), **reads}
+            out.setdefault("TierReadThroughputLow", []).append((series, t_labels, severities))
+            series = {f"ai_storage_read_seconds_sum{{{q}}}": counter(300 * ms / 1000), **reads}
+            out.setdefault("TierReadLatencyHigh", []).append((series, t_labels, severities))
         for alert, what, level in (("CheckpointSaveSlow", "save", save), ("CheckpointRestoreSlow", "restore", restore)):
             seconds = {
                 "ok": level.warning / 2,
@@ -363,8 +375,13 @@ def failed_cases(name: str, labels: dict[str, str]) -> list[tuple[dict[str, str]
 
 def expected_alerts(alert: str, labels: dict[str, str], severities: list[str]) -> list[dict[str, Any]]:
     rules = {(r["alert"], r["labels"]["severity"]): r for g in GROUPS for r in g["rules"] if "alert" in r}
+    tier = labels.get("ai_storage_platform_data_tier", "")
+
+    def expanded(annotations: dict[str, str]) -> dict[str, str]:  # as Prometheus expands the tier template
+        return {k: v.replace("{{ $labels.ai_storage_platform_data_tier }}", tier) for k, v in annotations.items()}
+
     return [
-        {"exp_labels": {**labels, "severity": s}, "exp_annotations": rules[(alert, s)]["annotations"]}
+        {"exp_labels": {**labels, "severity": s}, "exp_annotations": expanded(rules[(alert, s)]["annotations"])}
         for s in severities
     ]
 

@@ -40,14 +40,14 @@ def test_a_volcano_job_is_gang_scheduled_in_the_team_queue_and_restarts_whole():
 
 def test_a_volcano_job_labels_its_pods_for_the_training_metrics_and_declares_the_port():
     pod = volcano_job()["spec"]["tasks"][0]["template"]
-    assert pod["metadata"]["labels"] == training.METRICS_LABELS
+    assert pod["metadata"]["labels"] == {**training.METRICS_LABELS, training.DATA_TIER_LABEL: "cold"}
     (worker,) = pod["spec"]["containers"]
     assert worker["ports"] == [{"name": "train-metrics", "containerPort": 9095, "protocol": "TCP"}]
     assert {"name": "AI_STORAGE_METRICS_PORT", "value": "9095"} in worker["env"]
-    # A TrainJob's pods get both from the platform's runtime (test_training); its patch leaves them alone.
+    # A TrainJob's pods get both from the platform's runtime (test_training); its patch adds only the data tier.
     spec = train_job_spec(JobSettings(), WHERE)
     (replicated,) = spec["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
-    assert "labels" not in replicated["template"]["spec"]["template"]["metadata"]
+    assert replicated["template"]["spec"]["template"]["metadata"]["labels"] == {training.DATA_TIER_LABEL: "cold"}
 
 
 def test_a_smaller_gang_can_start_first():
@@ -228,6 +228,7 @@ def test_each_replica_sees_only_its_slice_of_the_dataset(kind, job, index):
             "1.33 or newer",
         ),
         ({"job": {"gpuTolerations": [{"operator": "Equal"}]}}, "job.gpuTolerations[0].key", "expected a key"),
+        ({"dataset": {"source": "claim", "tier": "hot"}}, "dataset.tier", "expected warm or cold"),
     ],
 )
 def test_bad_kinds_tasks_volumes_and_slices_are_refused_in_one_line_naming_the_key(config, key, expected):

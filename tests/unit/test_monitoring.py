@@ -50,6 +50,8 @@ def test_each_part_gets_a_scrape_object_the_operator_selects(build):
     assert jobs["namespaceSelector"] == {"any": True}
     assert jobs["selector"] == {"matchLabels": {"ai-storage-platform/metrics": "training"}}
     assert jobs["podMetricsEndpoints"][0]["port"] == "train-metrics"
+    # The pod's data tier onto its metrics (as ai_storage_platform_data_tier): the read alerts group by it.
+    assert jobs["podTargetLabels"] == ["ai-storage-platform/data-tier"]
     for obj in [*pods.values(), *services.values(), *objects(result, "PrometheusRule")]:
         assert obj["metadata"]["labels"]["release"] == "kube-prometheus-stack"
         assert validate_object(obj, "1.33") == [], obj["kind"]

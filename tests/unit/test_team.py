@@ -358,3 +358,20 @@ def test_the_v1_kinds_are_refused_on_a_platform_without_the_v1_operator(render_t
     with pytest.raises(Exception, match=expected) as refused:
         render_team("dev-pytorchjob", workspace={"trainingOperator": "trainer-v2"})
     assert type(refused.value).__name__ == "SettingsError"
+
+
+@pytest.mark.parametrize(
+    ("stack", "config", "tier"),
+    [
+        ("dev", {}, "cold"),
+        ("dev", {"dataset": {"source": "claim", "tier": "warm"}}, "warm"),
+        ("dev-volcano", {}, "hot"),
+    ],
+)
+def test_the_pods_name_the_tier_they_read_for_the_read_alerts(render_team, stack, config, tier):
+    result, _ = render_team(stack, **config)  # dev-volcano stages its dataset: its pods read the hot tier
+    job = by_name(result, "Job", "conformer") if stack == "dev-volcano" else by_name(result, "TrainJob", "resnet50")
+    for pod in job_pods(job).values():
+        assert pod["metadata"]["labels"]["ai-storage-platform/data-tier"] == tier
+    if tier == "warm":
+        assert by_name(result, "PersistentVolumeClaim", "imagenet-mini")["spec"]["storageClassName"] == "warm"

@@ -13,6 +13,9 @@ from components.volcano import Volcano, VolcanoArgs, VolcanoSettings
 from tests.conformance.upstream import UPSTREAM, validate_kubernetes_object
 from tests.conftest import STACKS, by_name, objects
 
+COLD = {training.DATA_TIER_LABEL: "cold"}
+"""The data-tier label of a runtime whose dataset claim is a Fluid dataset's (the default)."""
+
 V1_DEPLOYMENT = Path(UPSTREAM) / "kubeflow-training-operator-v1" / "base" / "deployment.yaml"
 
 
@@ -86,9 +89,9 @@ def test_runtime_and_operator_wait_for_their_charts(build):
 def test_runtime_pods_carry_the_dataset_affinity_label_only_for_datasets_with_required_affinity(build):
     result, _ = build(lambda: training_on_volcano(required=("imagenet-mini",)))
     affinity = {"fluid.io/dataset.imagenet-mini.sched": "required"}
-    assert runtime_pod(result)["metadata"]["labels"] == {**training.METRICS_LABELS, **affinity}
+    assert runtime_pod(result)["metadata"]["labels"] == {**training.METRICS_LABELS, **COLD, **affinity}
     result, _ = build(lambda: training_on_volcano(required=("coco",)))
-    assert runtime_pod(result)["metadata"]["labels"] == training.METRICS_LABELS
+    assert runtime_pod(result)["metadata"]["labels"] == {**training.METRICS_LABELS, **COLD}
 
 
 def test_runtime_pods_are_labelled_and_declare_the_port_the_training_metrics_podmonitor_scrapes(build):
@@ -153,7 +156,7 @@ def test_the_platform_wires_volcano_fluid_affinity_and_the_checkpoint_tier_into_
         tiers={"namePrefix": "ai-"},
     )
     affinity = {"fluid.io/dataset.imagenet-mini.sched": "required"}
-    assert runtime_pod(result)["metadata"]["labels"] == {**training.METRICS_LABELS, **affinity}
+    assert runtime_pod(result)["metadata"]["labels"] == {**training.METRICS_LABELS, **COLD, **affinity}
     assert by_name(result, "PersistentVolumeClaim", "checkpoints")["spec"]["storageClassName"] == "ai-checkpoint"
     deps = {r["name"]: r["dependsOn"] for r in result.plan["resources"]}
     assert "ai-storage-volcano-release" in deps["ai-storage-training-runtime-torch-distributed-team-a"]
