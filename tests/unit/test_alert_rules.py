@@ -142,6 +142,12 @@ def cases(t: AlertThresholds) -> dict[str, list[tuple[dict[str, str], dict[str, 
             out.setdefault("TierReadThroughputLow", []).append((series, t_labels, severities))
             series = {f"ai_storage_read_seconds_sum{{{q}}}": counter(300 * ms / 1000), **reads}
             out.setdefault("TierReadLatencyHigh", []).append((series, t_labels, severities))
+        idle = f'namespace="team",pod="{case}-idle",ai_storage_platform_data_tier="warm"'
+        series = {
+            f"ai_storage_read_bytes_total{{{idle}}}": counter(0),
+            f"ai_storage_read_seconds_count{{{idle}}}": counter(0),
+        }
+        out["TierReadThroughputLow"].append((series, {}, []))  # 0 MB/s, but reading nothing: silent
         for alert, what, level in (("CheckpointSaveSlow", "save", save), ("CheckpointRestoreSlow", "restore", restore)):
             seconds = {
                 "ok": level.warning / 2,
