@@ -30,6 +30,9 @@ pulumi.export("objectStoreBucket", platform.object_store.bucket)
 # Where the data lives; no key is an output: teams get theirs in their namespaces (components/tenants.py).
 pulumi.export("objectStoreStorage", platform.object_store.storage_type)
 pulumi.export("objectStoreBucketUrl", platform.object_store.bucket_url)
+if platform.acceptance is not None:
+    # Each tier's acceptance verdict (awaited with acceptance.blockUntilDone), or where to read it.
+    pulumi.export("acceptance", platform.acceptance.verdicts)
 if platform.teams is not None:
     pulumi.export("teamNamespaces", platform.teams.namespaces)
 if platform.metadata is not None:

@@ -1,9 +1,14 @@
 """StorageAcceptance: per-tier fio Jobs that tell a platform team whether each tier meets its targets.
 
-Each Job claims a volume of the tier's StorageClass, runs sequential write 1M, sequential read 1M and
-random read 256K (and, on the cold tier, a first and a second read of the same file: cold then warm
-from the JuiceFS cache), prints fio's JSON, then one summary line per figure and a verdict against the
-stack's thresholds. The script and job file are pure functions so the tests run them with the real fio.
+Each Job claims a volume of the tier's StorageClass and runs the design's three stories (``stories``): a
+sequential write (1 MiB blocks, 4 jobs: the checkpoint burst of four ranks), a sequential read (1 MiB, 4 jobs) and
+a random read (256 KiB, 8 jobs, iodepth 32), each with direct I/O where the filesystem takes it (the script probes
+it first and says when it does not, e.g. a FUSE mount without direct I/O; then buffered, the page cache dropped
+per file), each time-bounded; on the cold tier also a first and a second read of the written files (cold, then
+warm from the JuiceFS cache). It prints fio's JSON, one summary line per figure and a verdict against the stack's
+thresholds, and exits 1 when one is missed: the Job fails, the ``StorageAcceptanceFailed`` alert fires, and with
+``blockUntilDone`` the update fails too. The job file and script are pure functions: the tests run them with the
+real fio.
 """
 
 from __future__ import annotations
@@ -17,12 +22,14 @@ import pulumi_kubernetes as k8s
 from pydantic import Field
 
 from .common import kube, versions
-from .sections import DnsLabel, Quantity, Resources, Section
+from .sections import DnsLabel, Problem, Quantity, Resources, Section
 from .storage_tiers import TIERS, Tier
+
+MIB = 1024 * 1024
 
 
 class Thresholds(Section):
-    """Minimum figures a tier must reach for its acceptance Job to pass."""
+    """Minimum figures a tier must reach for its acceptance Job to pass (aggregates over a story's jobs)."""
 
     seq_read_mib_s: int = Field(100, ge=0)
     """Sequential 1M read, MiB/s."""
@@ -30,8 +37,45 @@ class Thresholds(Section):
     """Sequential 1M write, MiB/s."""
     rand_read_iops: int = Field(100, ge=0)
     """Random 256K read, IOPS."""
-    warm_cold_ratio: float = Field(1.0, ge=0.0)
-    """Cold tier only: warm-cache read speed over cold read speed."""
+    warm_cold_ratio: float = Field(3.0, ge=0.0)
+    """Cold tier only: warm-cache read speed over cold read speed (the design's JuiceFS exercise: 3x)."""
+
+
+class Story(Section):
+    """One fio story: how much, how parallel, how deep, direct or not, for how long (the sequential stories)."""
+
+    size_mib: int = Field(2560, ge=16, le=1024 * 1024)
+    """MiB each job writes or reads (one file per writer: the design's 10 GiB over 4 jobs)."""
+    jobs: int = Field(4, ge=1, le=64)
+    """Parallel fio jobs (`numjobs`)."""
+    iodepth: int = Field(1, ge=1, le=256)
+    """I/Os in flight per job (libaio)."""
+    direct: bool = True
+    """Direct I/O (`O_DIRECT`) where the filesystem takes it; else buffered with the page cache dropped."""
+    runtime_seconds: int = Field(60, ge=5, le=3600)
+    """Longest the story runs (fio stops at its size or at this time, whichever comes first)."""
+
+
+class RandomReadStory(Story):
+    """The random-read story: more readers, deeper queues."""
+
+    size_mib: int = Field(1024, ge=16, le=1024 * 1024)
+    """MiB each job reads, at random offsets of the written files."""
+    jobs: int = Field(8, ge=1, le=64)
+    """Parallel fio jobs (`numjobs`)."""
+    iodepth: int = Field(32, ge=1, le=256)
+    """I/Os in flight per job (libaio)."""
+
+
+class StoriesSettings(Section):
+    """The design's in-pod benchmark: three stories per tier."""
+
+    seq_write: Story = Story()
+    """Sequential write, 1 MiB blocks: the checkpoint burst of four ranks (the files every read story reads)."""
+    seq_read: Story = Story()
+    """Sequential read, 1 MiB blocks, of the written files (`jobs` at most `seqWrite.jobs`)."""
+    rand_read: RandomReadStory = RandomReadStory()
+    """Random read, 256 KiB blocks, of the written files (`sizeMib`: what each job reads)."""
 
 
 class AcceptanceSettings(Section):
@@ -41,42 +85,67 @@ class AcceptanceSettings(Section):
     """Run the acceptance Jobs on `pulumi up`."""
     namespace: DnsLabel = "storage-acceptance"
     """Namespace of the Jobs and their claims."""
-    volume_size: Quantity = "8Gi"
-    """Size of each tier's test claim."""
-    file_size_mib: int = Field(1024, ge=16, le=1024 * 1024)
-    """Bytes fio writes and reads per job, in MiB."""
+    volume_size: Quantity = "12Gi"
+    """Size of each tier's test claim: it must hold the written files with 10 % to spare (checked)."""
+    stories: StoriesSettings = StoriesSettings()
+    """Size, jobs, iodepth, direct I/O and runtime of each story."""
     block_until_done: bool = False
     """Make `pulumi up` wait for each Job and fail when a tier misses its thresholds."""
     thresholds: dict[Tier, Thresholds] = {}
     """Per-tier thresholds (`hot`, `warm`, `cold`, `checkpoint`); a tier not listed uses the defaults."""
 
+    def problems(self) -> list[Problem]:
+        """The stories' files fit the claim with room to spare; the reads read what the write wrote."""
+        st, found = self.stories, []
+        needed = st.seq_write.jobs * st.seq_write.size_mib * MIB
+        if needed * 1.1 > kube.quantity_bytes(self.volume_size):
+            expected = f"expected room for the stories' files ({needed / 2**30:.1f} GiB and 10 %)"
+            hint = "fio would fill the claim: raise volumeSize or lower the stories' sizeMib or jobs"
+            found.append(Problem("volumeSize", expected, self.volume_size, hint))
+        if st.seq_read.jobs > st.seq_write.jobs:
+            expected = f"expected at most stories.seqWrite.jobs ({st.seq_write.jobs})"
+            found.append(Problem("stories.seqRead.jobs", expected, st.seq_read.jobs, "each reads a written file"))
+        return found
 
-def fio_job_file(tier: Tier, file_size_mib: int) -> str:
-    """The fio job file for ``tier``: seq write 1M, seq read 1M, rand read 256K (+ cold/warm on cold)."""
-    jobs = [
-        "[global]",
-        "ioengine=psync",
-        "directory=${DATA_DIR}",
-        f"size={file_size_mib}m",
-        "bs=1m",
-        "invalidate=1",
-        "",
-        "[seq-write]",
-        "rw=write",
-        "filename=acceptance.dat",
-        "end_fsync=1",
+
+def _section(name: str, rw: str, bs: str, story: Story, files: str) -> list[str]:
+    """One story: ``files`` is fio's ``filename_format`` (a file per job) or a ``filename=`` list (shared)."""
+    return [
+        f"[{name}]",
+        "stonewall",
+        f"rw={rw}",
+        f"bs={bs}",
+        f"numjobs={story.jobs}",
+        f"iodepth={story.iodepth}",
+        f"{'io_size' if files.startswith('filename=') else 'size'}={story.size_mib}m",
+        f"runtime={story.runtime_seconds}",
+        f"direct=${{DIRECT_{'ON' if story.direct else 'OFF'}}}",
+        files if files.startswith("filename=") else f"filename_format={files}",
+        *(["end_fsync=1"] if rw == "write" else []),
         "",
     ]
+
+
+def fio_job_file(tier: Tier, stories: StoriesSettings) -> str:
+    """The fio job file for ``tier``: the three stories (and the cold and warm reads on the cold tier), each
+    reported as one group (``group_reporting``: the aggregate over its jobs)."""
+    st = stories
+    jobs = ["[global]", "ioengine=libaio", "directory=${DATA_DIR}", "group_reporting=1", "invalidate=1", ""]
+    written = "seq.$jobnum"  # the writers' files, one per job: every read story reads them
+    jobs += _section("seq-write", "write", "1m", st.seq_write, written)
     if tier == "cold":
-        jobs += ["[cold-read]", "stonewall", "rw=read", "filename=acceptance.dat", ""]
-        jobs += ["[warm-read]", "stonewall", "rw=read", "filename=acceptance.dat", ""]
-    jobs += ["[seq-read]", "stonewall", "rw=read", "filename=acceptance.dat", ""]
-    jobs += ["[rand-read]", "stonewall", "rw=randread", "bs=256k", "filename=acceptance.dat", ""]
+        read_all = st.seq_read.model_copy(update={"jobs": st.seq_write.jobs, "size_mib": st.seq_write.size_mib})
+        jobs += _section("cold-read", "read", "1m", read_all, written)
+        jobs += _section("warm-read", "read", "1m", read_all, written)
+    jobs += _section("seq-read", "read", "1m", st.seq_read, written)
+    every = ":".join(f"seq.{i}" for i in range(st.seq_write.jobs))
+    jobs += _section("rand-read", "randread", "256k", st.rand_read, f"filename={every}")
     return "\n".join(jobs)
 
 
 def acceptance_script(tier: Tier, thresholds: Thresholds) -> str:
-    """Shell that runs fio, prints its JSON and a summary, and exits 1 when a threshold is missed."""
+    """Shell that probes direct I/O, runs fio, prints its JSON and a summary, and exits 1 when a threshold is
+    missed."""
     t = thresholds
     checks = [
         f'check seq_write_mib_s "$(bw seq-write write)" {t.seq_write_mib_s}',
@@ -89,9 +158,19 @@ def acceptance_script(tier: Tier, thresholds: Thresholds) -> str:
             '\'BEGIN { printf "%.2f", (c > 0 ? w / c : 0) }\')" '
             f"{t.warm_cold_ratio}"
         )
+    probe = (
+        'if fio --name=direct-probe --directory="$DATA_DIR" --filename=.direct-probe --size=1m --bs=1m '
+        "--rw=write --direct=1 --ioengine=psync >/dev/null 2>&1; then DIRECT_ON=1; else DIRECT_ON=0; fi"
+    )
     return "\n".join(
         [
             "set -eu",
+            probe,
+            'rm -f "$DATA_DIR/.direct-probe"',
+            "DIRECT_OFF=0",
+            "export DIRECT_ON DIRECT_OFF",
+            f'echo "{{\\"tier\\": \\"{tier}\\", \\"direct_io\\": $DIRECT_ON}}"'
+            " # 0: the filesystem refused O_DIRECT, the stories ran buffered",
             'fio --output-format=json --output=/tmp/fio.json "$JOB_FILE"',
             "cat /tmp/fio.json",
             "# figure JOB SECTION FIELD: the first FIELD of SECTION (read/write) of JOB in fio's JSON",
@@ -165,6 +244,9 @@ class StorageAcceptance(pulumi.ComponentResource):
 
     jobs: dict[str, pulumi.Output[str]]
     """Job name per tier (read the verdict with `kubectl logs job/<name>`)."""
+    verdicts: dict[str, pulumi.Output[str]]
+    """Per tier: `passed` or `failed` once `pulumi up` waited for the Job (`blockUntilDone`), else where to read it
+    (stack output `acceptance`)."""
 
     def __init__(self, name: str, args: StorageAcceptanceArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ai-storage:acceptance:StorageAcceptance", name, None, opts)
@@ -175,7 +257,7 @@ class StorageAcceptance(pulumi.ComponentResource):
         kube.ingress_policy(
             f"{name}-no-ingress", ns.metadata.name, {"app.kubernetes.io/name": "storage-acceptance"}, [], self
         )
-        self.jobs = {}
+        self.jobs, self.verdicts = {}, {}
         for tier in TIERS:
             if tier not in args.storage_classes:
                 continue
@@ -183,7 +265,7 @@ class StorageAcceptance(pulumi.ComponentResource):
                 f"{name}-{tier}-fio",
                 metadata={"name": f"acceptance-{tier}", "namespace": ns.metadata.name},
                 data={
-                    "job.fio": fio_job_file(tier, s.file_size_mib),
+                    "job.fio": fio_job_file(tier, s.stories),
                     "run.sh": acceptance_script(tier, s.thresholds.get(tier, Thresholds())),
                 },
                 opts=pulumi.ResourceOptions(parent=self),
@@ -195,4 +277,22 @@ class StorageAcceptance(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[config]),
             )
             self.jobs[tier] = job.metadata.name
-        self.register_outputs({"jobs": self.jobs})
+            self.verdicts[tier] = (
+                verdict(job, s)
+                if s.block_until_done
+                else pulumi.Output.from_input(
+                    f"not awaited: kubectl -n {s.namespace} logs job/acceptance-{tier} | tail -n 1"
+                )
+            )
+        self.register_outputs({"jobs": self.jobs, "verdicts": self.verdicts})
+
+
+def verdict(job: k8s.batch.v1.Job, s: AcceptanceSettings) -> pulumi.Output[str]:
+    """What the awaited Job's status says (a Job that fails also fails the update)."""
+
+    def read(status: Any) -> str:
+        if status and getattr(status, "succeeded", None):
+            return "passed"
+        return "failed" if status and getattr(status, "failed", None) else "unknown"
+
+    return job.status.apply(read)

@@ -175,9 +175,14 @@ def metadata_alerts(s: RuleSettings, replicas: int | None) -> list[dict[str, Any
     return rules
 
 
-def platform_alerts(s: RuleSettings, ceph: bool, volcano: bool) -> list[dict[str, Any]]:
-    """Ceph health (with Rook-Ceph) and gang-scheduled jobs waiting too long (with Volcano)."""
+def platform_alerts(s: RuleSettings, ceph: bool, volcano: bool, acceptance: str | None = None) -> list[dict[str, Any]]:
+    """Ceph health (with Rook-Ceph), gang-scheduled jobs waiting too long (with Volcano), and a storage acceptance
+    Job that failed (its tier missed a threshold; with acceptance Jobs in namespace ``acceptance``)."""
     rules = []
+    if acceptance:
+        failed = f'kube_job_status_failed{{namespace="{acceptance}",job_name=~"acceptance-.+"}} > 0'
+        summary = "A storage tier failed its acceptance Job (fio below its thresholds)"
+        rules.append(alert("StorageAcceptanceFailed", failed, "warning", "0m", summary))
     if ceph:
         rules += [
             alert("CephHealthWarning", "ceph_health_status == 1", "warning", "15m", "Ceph reports HEALTH_WARN"),
@@ -196,7 +201,9 @@ def platform_alerts(s: RuleSettings, ceph: bool, volcano: bool) -> list[dict[str
     return rules
 
 
-def rule_groups(s: RuleSettings, replicas: int | None, ceph: bool, volcano: bool) -> list[dict[str, Any]]:
+def rule_groups(
+    s: RuleSettings, replicas: int | None, ceph: bool, volcano: bool, acceptance: str | None = None
+) -> list[dict[str, Any]]:
     """Every rule group of the platform (the ``spec.groups`` of its PrometheusRule)."""
     groups: list[dict[str, Any]] = [
         {"name": "ai-storage-data-path", "rules": [*recording_rules(s.window), *data_path_alerts(s)]},
@@ -210,7 +217,7 @@ def rule_groups(s: RuleSettings, replicas: int | None, ceph: bool, volcano: bool
             "rules": [*protection_recording_rules(), *protection_alerts(), *restore_test_rules(s)],
         },
     ]
-    others = platform_alerts(s, ceph, volcano)
+    others = platform_alerts(s, ceph, volcano, acceptance)
     if others:
         groups.append({"name": "ai-storage-platform", "rules": others})
     for group in groups:

@@ -86,6 +86,8 @@ class MonitoringArgs:
     """Namespaces where Fluid runs dataset runtimes (their FUSE and worker pods)."""
     ceph: bool = False
     """Rook-Ceph runs (its mgr exports `ceph_health_status`)."""
+    acceptance_namespace: str | None = None
+    """Namespace of the storage acceptance Jobs (a failed one alerts)."""
     after: list[pulumi.Resource] | None = None
     """What the scrape objects wait for (the releases and workloads they select)."""
 
@@ -143,7 +145,15 @@ class Monitoring(pulumi.ComponentResource):
             "PrometheusRule",
             "ai-storage-platform",
             s.namespace,
-            {"groups": rule_groups(s.rules, args.sentinel_replicas, args.ceph, args.volcano_namespace is not None)},
+            {
+                "groups": rule_groups(
+                    s.rules,
+                    args.sentinel_replicas,
+                    args.ceph,
+                    args.volcano_namespace is not None,
+                    args.acceptance_namespace,
+                )
+            },
             (ns,),
         )
         k8s.core.v1.ConfigMap(

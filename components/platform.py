@@ -51,6 +51,8 @@ class Platform(pulumi.ComponentResource):
     """Object store, metadata engine, JuiceFS and the tier StorageClasses, as the stack's settings say."""
 
     storage_classes: dict[str, pulumi.Output[str]]
+    acceptance: StorageAcceptance | None
+    """The fio acceptance Jobs (its ``verdicts`` per tier), or None when off."""
     """StorageClass name per tier."""
     object_store: ObjectStore
     """The object store component."""
@@ -145,8 +147,10 @@ class Platform(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         tiers = StorageTiers(f"{name}-tiers", StorageTiersArgs(s.tiers, backends), child)
         self.storage_classes = tiers.classes
+        self.acceptance = None
         if s.acceptance.enabled:
-            StorageAcceptance(f"{name}-acceptance", StorageAcceptanceArgs(s.acceptance, tiers.classes), child)
+            args = StorageAcceptanceArgs(s.acceptance, tiers.classes)
+            self.acceptance = StorageAcceptance(f"{name}-acceptance", args, child)
         return tiers
 
     def _teams(self, name: str, s: PlatformSettings, juicefs: JuiceFS | None) -> Teams | None:
@@ -202,6 +206,7 @@ class Platform(pulumi.ComponentResource):
             fluid_namespace=s.fluid.namespace if s.fluid.enabled else None,
             dataset_namespaces=[d.namespace for d in s.fluid.datasets] if s.fluid.enabled else [],
             ceph=s.rook_ceph.enabled,
+            acceptance_namespace=s.acceptance.namespace if s.acceptance.enabled else None,
             after=parts,
         )
         Monitoring(f"{name}-monitoring", args, pulumi.ResourceOptions(parent=self))

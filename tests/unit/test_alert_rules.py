@@ -25,7 +25,7 @@ from components.toolchain.render import ROOT
 from tests.conftest import STACKS, objects, stack_file
 
 SETTINGS = RuleSettings()
-GROUPS = rule_groups(SETTINGS, replicas=2, ceph=True, volcano=True)
+GROUPS = rule_groups(SETTINGS, replicas=2, ceph=True, volcano=True, acceptance="storage-acceptance")
 ALERTS = {r["alert"] for g in GROUPS for r in g["rules"] if "alert" in r}
 MINUTES = 40
 """Length of every series in the rule tests; alerts are checked at the end."""
@@ -217,6 +217,17 @@ def single(alert: str, firing: dict[str, str], quiet: dict[str, str], labels: di
 
 
 SINGLE = [
+    # A tier's acceptance Job failed (kube-state-metrics): its script exits 1 when a figure misses its threshold.
+    single(
+        "StorageAcceptanceFailed",
+        {'kube_job_status_failed{namespace="storage-acceptance",job_name="acceptance-warm"}': gauge(1)},
+        {
+            'kube_job_status_failed{namespace="storage-acceptance",job_name="acceptance-cold"}': gauge(0),
+            'kube_job_status_failed{namespace="team",job_name="acceptance-of-my-model"}': gauge(1),
+        },
+        {"namespace": "storage-acceptance", "job_name": "acceptance-warm"},
+        "warning",
+    ),
     single(
         "JuiceFSCacheDiskFull",
         {'juicefs_blockcache_drops{mp="/full"}': counter(5)},

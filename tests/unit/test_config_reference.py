@@ -354,6 +354,7 @@ CROSS_FIELD: list[tuple[str, str, dict[str, Any], str, str]] = [
         "expected a name no other Queue has",
     ),
     ("JobSettings", "team", {"job.kind": "volcano"}, "job.image", "expected an image with kind: volcano"),
+    ("AcceptanceSettings", "platform", {"acceptance.volumeSize": "1Gi"}, "acceptance.volumeSize", "expected room"),
     (
         "DatasetCache",
         "platform",
