@@ -1,12 +1,14 @@
 """The storage doctor: measure what a training job gets from its storage, from inside its pod.
 
 ``python -m ai_storage_training doctor PATH`` reads the training data under PATH sequentially and at random
-(fio when it is installed, Python otherwise), reads it through the PrefetchingReader as a job spending
+(fio when it is installed, Python otherwise; with ``--profile design`` instead the design's parallel load on the
+volume, ``design.py``), reads it through the PrefetchingReader as a job spending
 ``--step-ms`` per file would, times checkpoint saves and a restore with the CheckpointManager (in a temporary
 directory under PATH or ``--checkpoint-dir``, removed afterwards), and where PATH is on a JuiceFS mount reads
 the client's cache state from the mount's ``.stats`` and ``.config`` virtual files. With ``--checkpoints DIR``
-it also reads a job's real checkpoint directory (doctor_checkpoints.py). It writes a JSON report (``--json``,
-completely or not at all) and prints a summary judged against the design's thresholds.
+it also reads a job's real checkpoint directory (doctor_checkpoints.py). The report names the host (name,
+kernel, CPUs, memory, page cache). It writes a JSON report (``--json``, completely or not at all) and prints a
+summary judged against the design's thresholds.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -23,9 +26,10 @@ from ..checkpoint.commit import VERIFY_MODES, write_atomically
 from ..cli_types import Directory, Integer, Number, OutputFile
 from .checkpoints import findings as checkpoint_findings
 from .checkpoints import inspect
+from .design import DesignRefusedError, design_test
 from .juicefs import JUICEFS_FSTYPE, juicefs_state, mount_of
 from .reads import MIB, data_files, prefetch_test, read_tests
-from .report import figure_findings, summary, tool_findings, verdict
+from .report import design_reads, figure_findings, host_identity, summary, tool_findings, verdict
 from .timing import checkpoint_test
 
 
@@ -41,16 +45,27 @@ def diagnose(
     checkpoints: Path | None = None,
     verify: str = "crc32c",
     stale_minutes: float = 60.0,
+    profile: str = "quick",
+    seconds: int = 60,
 ) -> dict[str, Any]:
-    """Run every test on ``path`` (and read the checkpoint directory ``checkpoints``); return the report."""
+    """Run every test on ``path`` (and read the checkpoint directory ``checkpoints``); return the report.
+    ``profile="design"``: the design's load (``design.py``) in ``seconds`` at most instead of the quick reads;
+    DesignRefusedError before anything is written when its files do not fit."""
     mountpoint, fstype = mount_of(path)
     report: dict[str, Any] = {
         "path": str(path),
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "profile": profile,
+        "host": host_identity(),
         "filesystem": {"mountpoint": mountpoint, "type": fstype},
     }
     files = data_files(path, read_mib * MIB)
-    if files:
+    if profile == "design":
+        report["design"] = design_test(checkpoint_dir or path, read_mib * MIB, seconds)
+        report["reads"] = design_reads(report["design"])
+        if files:
+            report["prefetch"] = prefetch_test(files, step_ms)
+    elif files:
         fio = shutil.which("fio") is not None if use_fio is None else use_fio
         report["reads"] = read_tests(files, read_mib * MIB, fio)
         report["prefetch"] = prefetch_test(files, step_ms)
@@ -99,6 +114,7 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="the job's time per file for the prefetch test, ms (default 20)",
     )
     doctor.add_argument("--no-fio", action="store_true", help="measure reads in Python even when fio is installed")
+    _profile_arguments(doctor)
     doctor.add_argument(
         "--checkpoints",
         type=Directory("a job's checkpoint directory, e.g. $AI_STORAGE_CHECKPOINT_DIR"),
@@ -119,9 +135,43 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
 
 
+def _profile_arguments(doctor: argparse.ArgumentParser) -> None:
+    """``--profile`` and ``--seconds``."""
+    doctor.add_argument(
+        "--profile",
+        choices=("quick", "design"),
+        default="quick",
+        help="quick: one reader over the data (default, light enough inside a running job); design: the design's "
+        "load with fio (4 sequential writers and readers of 1 MiB, 16 random readers of 4 KiB, direct I/O) on "
+        "scratch files under --checkpoint-dir or PATH, removed afterwards",
+    )
+    doctor.add_argument(
+        "--seconds",
+        type=Integer(10, 3600),
+        default=60,
+        help="longest the design profile's fio runs (a third per story; default 60)",
+    )
+
+
 def run(args: argparse.Namespace) -> int:
-    """Diagnose, write the report (if asked), print the summary; exit 1 on a critical verdict."""
-    report = diagnose(
+    """Diagnose, write the report (if asked), print the summary; exit 1 on a critical verdict, 2 when the design
+    profile would not fit the free space (nothing written)."""
+    if args.profile == "design" and shutil.which("fio") is None:
+        print(f"{cli.PROG} doctor: error: --profile design runs fio, which is not installed here", file=sys.stderr)
+        return cli.EXIT_BAD_ARGUMENTS
+    try:
+        report = _diagnose(args)
+    except DesignRefusedError as e:
+        print(f"{cli.PROG} doctor: error: {e}", file=sys.stderr)
+        return cli.EXIT_BAD_ARGUMENTS
+    if args.json:
+        write_atomically(args.json, (json.dumps(report, indent=1) + "\n").encode())
+    print(summary(report))
+    return cli.EXIT_CHECK_FAILED if report["status"] == "critical" else cli.EXIT_OK
+
+
+def _diagnose(args: argparse.Namespace) -> dict[str, Any]:
+    return diagnose(
         args.path,
         checkpoint_dir=args.checkpoint_dir,
         read_mib=args.read_mib,
@@ -132,8 +182,6 @@ def run(args: argparse.Namespace) -> int:
         checkpoints=args.checkpoints,
         verify=args.verify,
         stale_minutes=args.stale_minutes,
+        profile=args.profile,
+        seconds=args.seconds,
     )
-    if args.json:
-        write_atomically(args.json, (json.dumps(report, indent=1) + "\n").encode())
-    print(summary(report))
-    return cli.EXIT_CHECK_FAILED if report["status"] == "critical" else cli.EXIT_OK

@@ -3,6 +3,10 @@ and the summary a person reads."""
 
 from __future__ import annotations
 
+import os
+import platform
+import socket
+from pathlib import Path
 from typing import Any
 
 from .thresholds import THRESHOLDS, Status
@@ -71,6 +75,47 @@ def _juicefs_lines(juicefs: dict[str, Any]) -> list[str]:
     ]
 
 
+def host_identity() -> dict[str, Any]:
+    """Which machine measured: host name, kernel, CPUs, memory and the page cache's size (``/proc/meminfo``)."""
+    meminfo: dict[str, int] = {}
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            meminfo[key] = int(value.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return {
+        "hostname": socket.gethostname(),
+        "kernel": platform.release(),
+        "cpus": os.cpu_count(),
+        "memory_bytes": meminfo.get("MemTotal"),
+        "page_cache_bytes": meminfo.get("Cached"),
+    }
+
+
+def design_reads(design: dict[str, Any]) -> dict[str, Any]:
+    """The design profile's read figures as the thresholds judge them (aggregates over the jobs)."""
+    if "stories" not in design:
+        return {"skipped": design.get("skipped", "the design profile did not run")}
+    seq, rand = design["stories"]["seq-read"], design["stories"]["rand-read"]
+    return {
+        "tool": "fio (design profile)",
+        "sequential_mb_s": seq["mb_s"],
+        "random_iops": rand["iops"],
+        "random_latency_ms": rand["latency_ms"],
+    }
+
+
+def _design_lines(design: dict[str, Any]) -> list[str]:
+    lines = []
+    for name, story in design.get("stories", {}).items():
+        jobs = ", ".join(f"{v:g}" for v in story["per_job_mb_s"])
+        lines.append(f"  design {name}: {story['jobs']} jobs, {story['mb_s']:g} MB/s ({jobs}), {story['iops']:g} IOPS")
+    if design.get("stories"):
+        lines.append(f"  design: direct I/O {'yes' if design['direct_io'] else 'no: ' + design['direct_io_note']}")
+    return lines
+
+
 def checkpoints_line(state: dict[str, Any]) -> str:
     """One line: what the job's checkpoint directory holds (its findings are listed above it)."""
     valid = len([c for c in state["committed"] if not c["problems"]])
@@ -94,8 +139,14 @@ def checkpoints_line(state: dict[str, Any]) -> str:
 
 def summary(report: dict[str, Any]) -> str:
     """A few lines a person reads: the findings with their status, what was skipped, the verdict."""
-    fs = report["filesystem"]
+    fs, host = report["filesystem"], report.get("host") or {}
     lines = [f"ai-storage doctor: {report['path']} ({fs['type'] or 'unknown'} at {fs['mountpoint']})"]
+    if host:
+        cache = (host.get("page_cache_bytes") or 0) / 2**30
+        lines.append(
+            f"  host {host['hostname']}: kernel {host['kernel']}, {host['cpus']} CPUs, "
+            f"{(host.get('memory_bytes') or 0) / 2**30:.1f} GiB memory, {cache:.1f} GiB page cache"
+        )
     for f in report["findings"]:
         if "figure" in f:
             value = f"{f['value']:g} {f['unit']}"
@@ -106,6 +157,8 @@ def summary(report: dict[str, Any]) -> str:
         skipped = (report.get(section) or {}).get("skipped")
         if skipped:
             lines.append(f"  {section}: skipped: {skipped}")
+    if report.get("design"):
+        lines += _design_lines(report["design"])
     if report.get("juicefs"):
         lines += _juicefs_lines(report["juicefs"])
     if report.get("checkpoints"):
