@@ -375,3 +375,27 @@ def test_the_pods_name_the_tier_they_read_for_the_read_alerts(render_team, stack
         assert pod["metadata"]["labels"]["ai-storage-platform/data-tier"] == tier
     if tier == "warm":
         assert by_name(result, "PersistentVolumeClaim", "imagenet-mini")["spec"]["storageClassName"] == "warm"
+
+
+@pytest.mark.parametrize(
+    ("job", "key"),
+    [
+        (
+            {"volumes": [{"name": "scratch", "mountPath": "/scratch", "hostPath": "/mnt/nvme0"}]},
+            "job.volumes[0].hostPath",
+        ),
+        (
+            {"volumes": [{"name": "w", "mountPath": "/w", "image": "ghcr.io/example/weights:latest"}]},
+            "job.volumes[0].image",
+        ),
+        ({"kind": "volcano", "numNodes": 2, "dataSlices": 3}, "job.dataSlices"),
+        ({"kind": "tfjob"}, "job.kind"),
+    ],
+)
+def test_the_cli_refuses_each_new_bad_job_value_in_one_line_with_exit_2(tmp_path, capsys, as_installed, job, key):
+    bad = stack_file(tmp_path, "dev", {"job": job}, TEAM_EXAMPLE)
+    args = ["render", "--stack", "dev", "--project-dir", str(TEAM_EXAMPLE), "--config-file", str(bad)]
+    assert main([*args, "--out", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err
+    assert len([line for line in err.splitlines() if line.startswith(f"  - {key}:")]) == 1, err
+    assert "Traceback" not in err and not (tmp_path / "bad").exists()
