@@ -180,8 +180,8 @@ def migration_problem(
     data files)."""
     if not protected:
         return None
-    for key, before, now in (("engine", previous, s.engine), ("flavor", previous_flavor, s.flavor)):
-        if before in (None, now) or s.migrated_from == before:
+    for key, before, now in _moves(previous, s, previous_flavor):
+        if s.migrated_from == before:
             continue
         return Problem(
             f"metadata.{key}",
@@ -255,10 +255,15 @@ def check_migration(
     problem = migration_problem(previous, s, protected, previous_flavor)
     if problem is not None:
         raise SettingsError([problem])
-    for key, before, now in (("engine", previous, s.engine), ("flavor", previous_flavor, s.flavor)):
-        if before not in (None, now):
-            pulumi.log.warn(f"metadata {key} changes from {before} to {now}: see {RUNBOOK}")
+    for key, before, now in _moves(previous, s, previous_flavor):
+        pulumi.log.warn(f"metadata {key} changes from {before} to {now}: see {RUNBOOK}")
     return []
+
+
+def _moves(previous: str | None, s: MetadataSettings, previous_flavor: str | None) -> list[tuple[str, str, str]]:
+    """(key, deployed, configured) of the engine and the flavor where a deployed one differs from the setting."""
+    pairs = (("engine", previous, s.engine), ("flavor", previous_flavor, s.flavor))
+    return [(key, before, now) for key, before, now in pairs if before not in (None, now)]
 
 
 def _after(guard: pulumi.Output[list[pulumi.Resource]]) -> Any:

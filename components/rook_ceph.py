@@ -216,7 +216,7 @@ class RookCeph(pulumi.ComponentResource):
         self._fs: dict[str, list[pulumi.Resource]] = {}
         self.filesystems = {}
         for role, fs_name in (("warm", s.warm_filesystem), ("checkpoint", s.checkpoint_filesystem)):
-            spec = filesystem_spec(s, s.checkpoint.device_class if role == "checkpoint" else None)
+            spec = filesystem_spec(s, filesystem_class(s, role))
             fs = self._custom(f"{role}-fs", "CephFilesystem", fs_name, spec, after_cluster)
             group_spec = {"name": CSI_SUBVOLUME_GROUP, "filesystemName": fs_name}
             group = self._custom(
@@ -295,9 +295,14 @@ class RookCeph(pulumi.ComponentResource):
         )
 
 
+def filesystem_class(s: RookCephSettings, role: str) -> str | None:
+    """The device class of the ``warm`` or ``checkpoint`` filesystem's pools (None: every OSD)."""
+    return (s.checkpoint.device_class if role == "checkpoint" else None) or s.device_class
+
+
 def filesystem_devices(s: RookCephSettings, role: str, fs_name: str) -> str:
     """Which OSDs hold a filesystem's pools, in words (the StorageClass's `devices` annotation)."""
-    chosen = (s.checkpoint.device_class if role == "checkpoint" else None) or s.device_class
+    chosen = filesystem_class(s, role)
     where = f"OSDs of Ceph device class {chosen}" if chosen else "every OSD of the Ceph cluster"
     if role == "checkpoint":
         apart = "apart from" if s.checkpoint_devices_apart() else "shared with"

@@ -206,10 +206,10 @@ class Teams(pulumi.ComponentResource):
         self._made: dict[str, pulumi.Resource] = {}
         for team in args.settings.workspaces:
             self.namespaces[team.name] = self._team(f"{name}-{team.name}", team, args)
+        after = {ns: pulumi.ResourceOptions(parent=self, depends_on=[made]) for ns, made in self._made.items()}
         for team in args.settings.workspaces:  # once every vended namespace exists: readers may be teams
             if team.artifacts:
-                after = {ns: pulumi.ResourceOptions(parent=self, depends_on=[made]) for ns, made in self._made.items()}
-                child = pulumi.ResourceOptions(parent=self, depends_on=[self._made[team.namespace_name]])
+                child = after[team.namespace_name]
                 artifacts.vend(
                     f"{name}-{team.name}",
                     team.name,

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..checkpoint import layout
 from ..checkpoint.commit import problems, read_marker
-from .report import observation
+from .report import meminfo, observation
 
 SHOWN = 5
 """Names shown per finding (the report lists all)."""
@@ -116,19 +116,8 @@ def inspect(directory: Path, *, verify: str = "crc32c", stale_minutes: float = 6
     state["newest_valid_committed_at"] = newest["committed_at"] if newest else None
     state["newest_valid_metrics"] = newest["metrics"] if newest else {}
     state["staging_bytes_per_rank"] = -(-newest["bytes"] // newest["world_size"]) if newest else None
-    state["host_memory_available_bytes"] = _memory_available()
+    state["host_memory_available_bytes"] = meminfo().get("MemAvailable")
     return state
-
-
-def _memory_available() -> int | None:
-    """MemAvailable of /proc/meminfo in bytes (None where there is none)."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 def _names(items: list[Any]) -> str:

@@ -11,15 +11,14 @@ written it checks that the files fit the free space with a tenth to spare, and r
 
 from __future__ import annotations
 
-import json
 import mmap
 import os
 import shutil
-import subprocess
-import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
+
+from .fio import FioError, run_fio
 
 STORIES = (
     ("seq-write", "write", 1024 * 1024, 4),
@@ -120,22 +119,10 @@ def design_test(where: Path, budget: int, seconds: int) -> dict[str, Any]:
     try:
         direct = direct_io(scratch)
         job = job_file(scratch, each, seconds, direct)
-        with tempfile.NamedTemporaryFile("w", suffix=".fio") as f:
-            f.write(job)
-            f.flush()
-            try:
-                proc = subprocess.run(
-                    ["fio", "--output-format=json", f.name],
-                    capture_output=True,
-                    text=True,
-                    timeout=seconds,
-                    check=False,
-                )
-            except subprocess.TimeoutExpired:
-                return {"skipped": f"fio did not finish within --seconds ({seconds} s)", "scratch": str(scratch)}
-        if proc.returncode != 0:
-            return {"skipped": f"fio exited {proc.returncode}: {' '.join(proc.stderr.split())[-300:]}"}
-        jobs = json.loads(proc.stdout[proc.stdout.index("{") :])["jobs"]
+        try:
+            jobs = run_fio(job, timeout=seconds, readonly=False)["jobs"]
+        except FioError as e:
+            return {"skipped": str(e), "scratch": str(scratch)}
         stories = {name: _story(jobs, name, rw) for name, rw, _, _ in STORIES}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -94,20 +94,18 @@ def job_file(files: list[Path], budget: int, sequential: int, random_block: int)
     return "\n".join(lines) + "\n", sum(len(members) for _, members in chosen)
 
 
-def _run(job: str) -> dict[str, Any]:
+def run_fio(job: str, *, timeout: float | None = None, readonly: bool = True) -> dict[str, Any]:
+    """fio's JSON report of the job file ``job`` (``--readonly`` unless told otherwise), stopped at ``timeout``
+    (default ``TIMEOUT_SECONDS``); FioError when it fails, times out or reports nothing usable."""
+    timeout = TIMEOUT_SECONDS if timeout is None else timeout
     with tempfile.NamedTemporaryFile("w", suffix=".fio") as f:
         f.write(job)
         f.flush()
+        command = ["fio", *(["--readonly"] if readonly else []), "--output-format=json", f.name]
         try:
-            proc = subprocess.run(
-                ["fio", "--readonly", "--output-format=json", f.name],
-                capture_output=True,
-                text=True,
-                timeout=TIMEOUT_SECONDS,
-                check=False,
-            )
+            proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
-            raise FioError(f"fio did not finish within {TIMEOUT_SECONDS} s") from None
+            raise FioError(f"fio did not finish within {timeout:g} s") from None
         except OSError as e:
             raise FioError(f"fio could not start: {e}") from None
     if proc.returncode != 0:
@@ -132,7 +130,7 @@ def fio_reads(files: list[Path], budget: int, sequential: int, random_block: int
     """Sequential and random reads of ``files`` (``budget`` bytes each test) with fio, summed over its jobs."""
     job, covered = job_file([f.absolute() for f in files], budget, sequential, random_block)
     try:
-        jobs = _run(job)["jobs"]
+        jobs = run_fio(job)["jobs"]
         seq_bytes, _, seq_seconds, _ = _sums(jobs, "read")
         _, rand_ios, rand_seconds, rand_latency = _sums(jobs, "randread")
     except (KeyError, TypeError) as e:

@@ -75,21 +75,27 @@ def _juicefs_lines(juicefs: dict[str, Any]) -> list[str]:
     ]
 
 
-def host_identity() -> dict[str, Any]:
-    """Which machine measured: host name, kernel, CPUs, memory and the page cache's size (``/proc/meminfo``)."""
-    meminfo: dict[str, int] = {}
+def meminfo() -> dict[str, int]:
+    """``/proc/meminfo`` in bytes by field (empty where there is none)."""
+    found: dict[str, int] = {}
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             key, _, value = line.partition(":")
-            meminfo[key] = int(value.split()[0]) * 1024
+            found[key] = int(value.split()[0]) * 1024
     except (OSError, ValueError, IndexError):
         pass
+    return found
+
+
+def host_identity() -> dict[str, Any]:
+    """Which machine measured: host name, kernel, CPUs, memory and the page cache's size (``/proc/meminfo``)."""
+    memory = meminfo()
     return {
         "hostname": socket.gethostname(),
         "kernel": platform.release(),
         "cpus": os.cpu_count(),
-        "memory_bytes": meminfo.get("MemTotal"),
-        "page_cache_bytes": meminfo.get("Cached"),
+        "memory_bytes": memory.get("MemTotal"),
+        "page_cache_bytes": memory.get("Cached"),
     }
 
 

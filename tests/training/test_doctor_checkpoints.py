@@ -157,6 +157,6 @@ def test_the_host_memory_a_save_stages_is_reported_and_a_share_that_does_not_fit
     state = inspect(tmp_path)
     assert state["staging_bytes_per_rank"] == 50_000 and state["host_memory_available_bytes"] > 0
     assert not [f for f in findings(state) if f["check"] == "checkpoint_staging_memory"]
-    monkeypatch.setattr("ai_storage_training.doctor.checkpoints._memory_available", lambda: 10_000)
+    monkeypatch.setattr("ai_storage_training.doctor.checkpoints.meminfo", lambda: {"MemAvailable": 10_000})
     warned = [f for f in findings(inspect(tmp_path)) if f["check"] == "checkpoint_staging_memory"]
     assert [f["status"] for f in warned] == ["warning"] and "x max_in_flight per rank" in warned[0]["detail"]
