@@ -18,7 +18,8 @@ present, else on the CPU. Saves go to ``--dir`` (a local disk or the tier under 
    (target: at most 1.3x).
 4. restore: the library's validated ``dcp.restore`` (each item checked as it is read) over a plain ``dcp.load``
    with ``FileSystemReader`` of the same checkpoint, page cache dropped before each (target: at most 1.15x;
-   without root the cache stays warm and the result says so).
+   without root or with ``--keep-page-cache`` the cache stays warm and the result says so), and the same pair
+   read again from the page cache.
 
 Results: ``--out`` (default benchmarks/results/checkpoint_staging-<device>.json) with the device, torch version
 and the command line.
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import shutil
@@ -68,7 +70,8 @@ def synchronize() -> None:
 
 
 class Job:
-    """A model of ``layers`` square Linear layers and its AdamW, stepped once (so every moment exists)."""
+    """A model of ``layers`` square Linear layers and its AdamW, stepped once (so every moment exists). From 1 GiB
+    of state the layers are 4096 wide (64 MiB tensors, as in large models), below 512 wide (1 MiB tensors)."""
 
     def __init__(self, state_mib: int, device: torch.device):
         width = 4096 if state_mib >= 1024 else 512
@@ -256,20 +259,31 @@ def drop_caches() -> bool:
         return False
 
 
-def restore(job: Job, root: Path, repeat: int) -> dict:
-    """4: validated restore over a plain DCP load of the same checkpoint, cold page cache before each."""
+def restore(job: Job, root: Path, repeat: int, cold: bool = True) -> dict:
+    """4: validated restore over a plain DCP load of the same checkpoint, cold page cache before each (the
+    target), and the same pair from the page cache (what the check and the copies cost the CPU)."""
     manager = CheckpointManager(root / "restore", keep=1)
     dcp.save(job.state(), storage_writer=manager.writer(1))
     path = manager.final_path(1)
-    plain, validated, dropped = [], [], True
+
+    def plain() -> float:
+        return timed(lambda: (dcp.load(job.state(), storage_reader=FileSystemReader(path)), synchronize()))
+
+    def validated() -> float:
+        return timed(lambda: (managed_restore(manager, job.state()), synchronize()))
+
+    times: dict[str, list[float]] = {"plain_s": [], "validated_s": [], "plain_warm_s": [], "validated_warm_s": []}
+    dropped = True
     for _ in range(repeat + 1):
-        dropped &= drop_caches()
-        synchronize()
-        plain.append(timed(lambda: (dcp.load(job.state(), storage_reader=FileSystemReader(path)), synchronize())))
-        dropped &= drop_caches()
-        validated.append(timed(lambda: (managed_restore(manager, job.state()), synchronize())))
-    result = {"plain_s": median(plain[1:]), "validated_s": median(validated[1:]), "cache_dropped": dropped}
+        for name, load in (("plain", plain), ("validated", validated)):
+            dropped &= cold and drop_caches()
+            synchronize()
+            times[f"{name}_s"].append(load())
+            times[f"{name}_warm_s"].append(load())
+    result: dict = {name: median(samples[1:]) for name, samples in times.items()}
+    result["cache_dropped"] = dropped
     result["ratio"] = round(result["validated_s"] / result["plain_s"], 2)
+    result["warm_ratio"] = round(result["validated_warm_s"] / result["plain_warm_s"], 2)
     result |= {"target": TARGETS["restore"], "met": result["ratio"] <= TARGETS["restore"]}
     return result
 
@@ -277,9 +291,10 @@ def restore(job: Job, root: Path, repeat: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", type=Path, default=Path("/var/tmp"), help="where checkpoints are written")
-    parser.add_argument("--state-mib", type=int, default=4096 if torch.cuda.is_available() else 256)
+    parser.add_argument("--state-mib", type=int, default=4096 if torch.cuda.is_available() else 1024)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--parts", default="blocked,torn,durable,restore", help="comma-separated parts to run")
+    parser.add_argument("--keep-page-cache", action="store_true", help="never drop the page cache (restore: warm)")
     parser.add_argument("--out", type=Path, help="results file (default benchmarks/results/...-<device>.json)")
     args = parser.parse_args()
     if args.state_mib < 1 or args.repeat < 1:
@@ -300,7 +315,8 @@ def main() -> None:
         "tensors": len(job.tensors()),
         "repeat": args.repeat,
     }
-    parts = {"blocked": blocked, "torn": torn, "durable": durable, "restore": restore}
+    cold = functools.partial(restore, cold=not args.keep_page_cache)
+    parts = {"blocked": blocked, "torn": torn, "durable": durable, "restore": cold}
     try:
         for part in args.parts.split(","):
             started = time.perf_counter()

@@ -2,10 +2,13 @@
 
 Rank 0 chooses the newest checkpoint whose files have their sizes and whose small files (``.metadata``, the items
 files, any file no items file covers) validate, refusing and setting aside the others, and broadcasts its step;
-every rank leases it until its data is read and verifies each item's CRC32C as it reads it, so every byte is read
-once. :func:`restore` is the load a job calls: an item that fails its check refuses the step and the load starts
-again from the newest step that validates, so the state never stays partly loaded from a refused step without an
-error saying so. Resharding (saved on N ranks, loaded on M) works as in DCP.
+every rank leases it until its data is read and verifies each item's CRC32C as it reads it: torch.load reads the
+item's bytes straight from the file into the tensor's storage, checksummed in file order chunk by chunk while they
+are in the CPU's cache, so every byte is read once and copied once, as in a plain DCP load; an item is checked
+before DCP copies what was read from it into the state. :func:`restore` is the load a job calls: an item that
+fails its check refuses the step and the load starts again from the newest step that validates, so the state
+never stays partly loaded from a refused step without an error saying so. Resharding (saved on N ranks, loaded on
+M) works as in DCP.
 """
 
 from __future__ import annotations
@@ -39,6 +42,10 @@ log = logging.getLogger(__name__)
 
 CHUNK = 1024 * 1024
 """Bytes read and checksummed at a time (they stay in the CPU's cache between the two)."""
+IN_ORDER = 64 * 1024
+"""A read of at least this many bytes past the checked ones first checks the gap, then is checked as it is read:
+torch.load's one read of the tensor's data. Smaller reads ahead (the zip's directory at the end) are left to the
+item's final check."""
 REQUIRE_VARIABLE = "AI_STORAGE_REQUIRE_CHECKPOINT"
 """Set to 1: :func:`restore` fails when there is no checkpoint to resume from (an unmounted volume, a typo)."""
 
@@ -55,7 +62,8 @@ class ManagedReader(FileSystemReader):
         self._started = time.monotonic()
         self.verify_items = manager.verify == "crc32c"
         self.refused = False
-        self._buffer = bytearray()
+        self._scratch = bytearray()
+        self._pending: _CheckedItem | None = None
         self.items: Items = {}
         if self.verify_items:
             marker = read_marker(checkpoint.path)
@@ -72,32 +80,40 @@ class ManagedReader(FileSystemReader):
         super().reset(None)
 
     def _slice_file(self, file: Any, sinfo: _StorageInfo) -> IO[bytes]:
-        """The item's bytes, read once and checked against their CRC32C (files no items file covers were
-        checked whole when the step was chosen)."""
+        """The item as torch.load reads it, checked against its CRC32C before DCP uses what was read (files no
+        items file covers were checked whole when the step was chosen)."""
+        self._check_pending()
         expected = self.items.get(sinfo.relative_path, {}).get(sinfo.offset) if self.verify_items else None
         if expected is None:
             return super()._slice_file(file, sinfo)
-        if len(self._buffer) < sinfo.length:  # one buffer for every item: allocated (page by page) once
-            self._buffer = bytearray(sinfo.length)
-        view = memoryview(self._buffer)[: sinfo.length]
-        file.seek(sinfo.offset)
-        size, crc = 0, 0
-        while size < sinfo.length and (n := file.readinto(view[size : size + CHUNK])):
-            crc = crc32c.crc32c(view[size : size + n], crc)  # while the chunk is in the CPU's cache
-            size += n
-        actual = (size, crc)
-        if actual != expected:
-            self.refused = True  # counted where the step is refused (restore), not as a restore
-            raise CheckpointInvalidError(
-                f"{self.checkpoint.path / sinfo.relative_path}: the item at offset {sinfo.offset} has "
-                f"{actual[0]} bytes with CRC32C {actual[1]:08x}; written: {expected[0]} bytes, {expected[1]:08x}"
-            )
-        return cast(IO[bytes], _MemoryFile(view))  # torch.load reads it into the tensor's storage (readinto)
+        self._pending = _CheckedItem(self, file.fileno(), sinfo, expected)
+        return cast(IO[bytes], self._pending)
+
+    def _check_pending(self) -> None:
+        """Check the item read last (before DCP copies it into the state, or reads the next one)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            with pending:
+                pending.check()
+
+    def scratch(self) -> memoryview:
+        """One buffer of CHUNK bytes for the gaps every item checks (allocated once)."""
+        if not self._scratch:
+            self._scratch = bytearray(CHUNK)
+        return memoryview(self._scratch)
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
         try:
-            return super().read_data(plan, planner)
+            future = super().read_data(plan, cast(LoadPlanner, _CheckingPlanner(planner, self._check_pending)))
+            self._check_pending()
+            return future
+        except Exception:
+            self._check_pending()  # torch.load failed on an item: refused when its bytes are not the written ones
+            raise
         finally:
+            if self._pending is not None:
+                self._pending.close()
+            self._pending = None
             self.release()
 
     def __del__(self) -> None:  # a dcp.load that failed before reading: the lease ends with the reader
@@ -118,11 +134,34 @@ class ManagedReader(FileSystemReader):
                 metrics.RESTORE_SECONDS.observe(time.monotonic() - self._started)
 
 
-class _MemoryFile(io.RawIOBase):
-    """A read-only, seekable file over a memoryview (an item checked in the reader's buffer)."""
+class _CheckingPlanner:
+    """DCP's load planner, checking the item read last before a tensor or object read from it enters the state."""
 
-    def __init__(self, view: memoryview):
-        self.view, self.position = view, 0
+    def __init__(self, planner: LoadPlanner, check: Callable[[], None]):
+        self._planner, self._check = planner, check
+
+    def resolve_tensor(self, read_item: Any) -> Any:
+        self._check()
+        return self._planner.resolve_tensor(read_item)
+
+    def load_bytes(self, read_item: Any, value: Any) -> None:
+        self._check()
+        self._planner.load_bytes(read_item, value)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._planner, name)
+
+
+class _CheckedItem(io.RawIOBase):
+    """One item of a checkpoint file, read by torch.load straight into its buffers. The item's CRC32C is taken in
+    file order: a large read past the checked bytes checks the gap before it (read again, a few hundred bytes of
+    zip headers) and then each chunk as it lands; :meth:`check` takes the rest and compares with the written
+    size and CRC32C, raising CheckpointInvalidError on a mismatch (the step is refused)."""
+
+    def __init__(self, reader: ManagedReader, fd: int, sinfo: _StorageInfo, expected: tuple[int, int]):
+        self.reader, self.sinfo, self.expected = reader, sinfo, expected
+        self.fd, self.start, self.length = os.dup(fd), sinfo.offset, sinfo.length  # DCP closes its file first
+        self.position = self.checked = self.crc = 0
 
     def readable(self) -> bool:
         return True
@@ -131,14 +170,49 @@ class _MemoryFile(io.RawIOBase):
         return True
 
     def readinto(self, target: Any) -> int:
-        target = memoryview(target).cast("B")
-        size = max(0, min(len(target), len(self.view) - self.position))
-        target[:size] = self.view[self.position : self.position + size]
-        self.position += size
-        return size
+        view = memoryview(target).cast("B")[: max(0, self.length - self.position)]
+        if len(view) >= IN_ORDER and self.position > self.checked:
+            self._check_until(self.position)
+        done = 0
+        while done < len(view):
+            at = self.position + done
+            n = os.preadv(self.fd, [view[done : done + CHUNK]], self.start + at)
+            if n == 0:
+                break  # the file is shorter than its metadata says: check() says so
+            if at == self.checked:
+                self.crc = crc32c.crc32c(view[done : done + n], self.crc)  # while the chunk is in the CPU's cache
+                self.checked += n
+            done += n
+        self.position += done
+        return done
+
+    def _check_until(self, end: int) -> None:
+        scratch = self.reader.scratch()
+        while self.checked < end:
+            n = os.preadv(self.fd, [scratch[: min(CHUNK, end - self.checked)]], self.start + self.checked)
+            if n == 0:
+                return
+            self.crc = crc32c.crc32c(scratch[:n], self.crc)
+            self.checked += n
+
+    def check(self) -> None:
+        self._check_until(self.length)
+        actual = (self.checked, self.crc)
+        if actual != self.expected:
+            self.reader.refused = True  # counted where the step is refused (restore), not as a restore
+            raise CheckpointInvalidError(
+                f"{self.reader.checkpoint.path / self.sinfo.relative_path}: the item at offset {self.start} has "
+                f"{actual[0]} bytes with CRC32C {actual[1]:08x}; written: {self.expected[0]} bytes, "
+                f"{self.expected[1]:08x}"
+            )
+
+    def close(self) -> None:
+        if not self.closed:
+            os.close(self.fd)
+        super().close()
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        start = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: len(self.view)}[whence]
+        start = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.length}[whence]
         self.position = max(0, start + offset)
         return self.position
 

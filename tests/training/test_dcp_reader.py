@@ -1,0 +1,124 @@
+"""The validated DCP reader reads each item once, straight into torch's buffers, and checks it before the state
+sees it (``ai_storage_training.checkpoint.dcp_reader``)."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.distributed.checkpoint as dcp  # noqa: E402
+from torch.distributed.checkpoint import FileSystemReader  # noqa: E402
+from torch.distributed.checkpoint.filesystem import _StorageInfo  # noqa: E402
+
+from ai_storage_training import CheckpointInvalidError, CheckpointManager  # noqa: E402
+from ai_storage_training.checkpoint import dcp_reader, layout  # noqa: E402
+from ai_storage_training.checkpoint.dcp import restore  # noqa: E402
+
+ROWS = 512  # 1 MiB per fp32 tensor: torch.load reads its data in one read of more than IN_ORDER bytes
+
+
+def state(fill: float) -> dict[str, torch.Tensor]:
+    return {name: torch.full((ROWS, ROWS), fill + i) for i, name in enumerate("abcd")}
+
+
+def item_of(path: Path, name: str) -> _StorageInfo:
+    """Where DCP wrote tensor ``name``: its file, offset and length."""
+    storage = FileSystemReader(path).read_metadata().storage_data
+    return next(info for index, info in storage.items() if index.fqn == name)
+
+
+def flip(path: Path, name: str, at: int) -> None:
+    """Flip one bit of tensor ``name``'s item, ``at`` bytes into it (negative: from its end)."""
+    info = item_of(path, name)
+    file = path / info.relative_path
+    data = bytearray(file.read_bytes())
+    data[info.offset + (at if at >= 0 else info.length + at)] ^= 0x01
+    file.write_bytes(bytes(data))
+
+
+def test_every_byte_is_read_from_storage_once_straight_into_the_tensors(tmp_path, monkeypatch):
+    manager = CheckpointManager(tmp_path)
+    dcp.save(state(1.0), storage_writer=manager.writer(1))
+    data = sum(p.stat().st_size for p in manager.final_path(1).glob("*.distcp"))
+    reads: list[int] = []
+    preadv = os.preadv
+    monkeypatch.setattr(os, "preadv", lambda fd, into, at: reads.append(len(into[0])) or preadv(fd, into, at))
+    loaded = state(0.0)
+    assert restore(manager, loaded).step == 1
+    assert all(torch.equal(loaded[name], tensor) for name, tensor in state(1.0).items())
+    large = sum(n for n in reads if n >= dcp_reader.IN_ORDER)
+    assert 4 * ROWS * ROWS * 4 <= large <= data  # the tensors' data: read once
+    assert sum(reads) <= data + 4 * 8192  # per item, a few KiB of zip directory and headers read twice at most
+
+
+def test_a_corrupt_item_never_reaches_the_state(tmp_path):
+    """The item is checked before DCP copies what torch.load read from it into the state: with the step named
+    (no fallback), the load stops at tensor c; a and b are loaded, c and d keep their values."""
+    manager = CheckpointManager(tmp_path)
+    dcp.save(state(1.0), storage_writer=manager.writer(1))
+    flip(manager.final_path(1), "c", at=-4096)  # in c's data, well before the zip directory at its end
+    loaded = state(-10.0)
+    with pytest.raises(CheckpointInvalidError, match=r"step 1 .* refused while loading .*partly loaded"):
+        restore(manager, loaded, step=1)
+    expected = {"a": 1.0, "b": 2.0, "c": -8.0, "d": -7.0}
+    assert {name: torch.unique(tensor).tolist() for name, tensor in loaded.items()} == {
+        name: [value] for name, value in expected.items()
+    }
+
+
+def test_an_item_torch_cannot_read_is_refused_as_corrupt_and_the_load_falls_back(tmp_path):
+    """A flipped bit in an item's zip header makes torch.load fail; the reader says why (the item's bytes are not
+    the written ones), so the step is refused and the load goes on from the step before."""
+    manager = CheckpointManager(tmp_path, keep=None)
+    for step in (1, 2):
+        dcp.save(state(float(step)), storage_writer=manager.writer(step))
+    flip(manager.final_path(2), "b", at=0)  # the local header's signature
+    loaded = state(0.0)
+    assert restore(manager, loaded).step == 1
+    assert all(torch.equal(loaded[name], tensor) for name, tensor in state(1.0).items())
+    assert [p.name.split(".")[0] for p in (tmp_path / layout.REFUSED).iterdir()] == ["step-00000002"]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_checked_item_returns_the_bytes_asked_for_and_refuses_any_flipped_one(tmp_path, seed):
+    """Any order of reads (torch.load reads the zip's end first, its data last): the bytes come back as they are
+    in the file, an intact item checks, an item with any one byte flipped does not."""
+    rng = random.Random(seed)
+    length = rng.randrange(1, 3 * dcp_reader.CHUNK)
+    body = rng.randbytes(length)
+    offset = rng.randrange(0, 5000)
+    path = tmp_path / "items"
+    path.write_bytes(rng.randbytes(offset) + body + rng.randbytes(100))
+    expected = (length, dcp_reader.crc32c.crc32c(body))
+    scratch = bytearray(dcp_reader.CHUNK)
+    reader = SimpleNamespace(scratch=lambda: memoryview(scratch), refused=False, checkpoint=SimpleNamespace())
+    reader.checkpoint.path = tmp_path
+
+    def read_randomly(flipped: int | None) -> None:
+        if flipped is not None:
+            data = bytearray(path.read_bytes())
+            data[offset + flipped] ^= 0x80
+            path.write_bytes(bytes(data))
+        with path.open("rb") as file:
+            item = dcp_reader._CheckedItem(reader, file.fileno(), _StorageInfo("items", offset, length), expected)
+        with item:
+            for _ in range(rng.randrange(0, 6)):
+                at, size = rng.randrange(0, length), rng.choice([1, 30, 4096, dcp_reader.IN_ORDER, length])
+                item.seek(at)
+                target = bytearray(size)
+                n = item.readinto(target)
+                assert n == min(size, length - at)
+                if flipped is None or not at <= flipped < at + n:
+                    assert target[:n] == body[at : at + n]
+            item.check()
+
+    read_randomly(None)
+    with pytest.raises(CheckpointInvalidError, match=f"item at offset {offset} has {length} bytes with CRC32C"):
+        read_randomly(rng.randrange(0, length))
+    assert reader.refused
