@@ -14,6 +14,7 @@ import pytest
 
 from ai_storage_training.data import manifest as mf
 from ai_storage_training.data.pack import pack
+from tests.training.corruption import flip_byte
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -55,9 +56,7 @@ def test_stage_from_the_juicefs_mount_copies_then_skips_a_verified_copy_and_refu
     assert keys == [f"img{i:03d}" for i in range(60)]
 
     shard = version / "shard-000001.tar"
-    data = bytearray(shard.read_bytes())
-    data[5000] ^= 0x01
-    shard.write_bytes(bytes(data))
+    flip_byte(shard, 5000)
     other = tmp_path / "hot-volume" / "other-node"
     refused = stage(version, other)
     assert refused.returncode == 1

@@ -33,6 +33,7 @@ from ai_storage_training import CheckpointManager
 from ai_storage_training.checkpoint import layout
 from ai_storage_training.checkpoint.commit import problems, read_marker
 from ai_storage_training.checkpoint.dcp import ManagedWriter, restore
+from tests.training.corruption import flip_byte
 
 TABLE_ROWS = 16
 
@@ -238,9 +239,7 @@ def flip_and_resume(root: Path) -> None:
     records.mkdir()
     run(2, directory, records, steps=3)
     shard = directory / layout.step_dir(3) / "__1_0.distcp"
-    data = bytearray(shard.read_bytes())
-    data[len(data) // 2] ^= 0x01  # same size, one bit differs
-    shard.write_bytes(bytes(data))
+    flip_byte(shard)  # same size, one bit differs
     second = run(2, directory, records, steps=4)
     assert resumed(records, second) == [{"step": 2, "checkpoint": 2, "identical": True}] * 2
     log = (records / f"log-{second}-0.txt").read_text()

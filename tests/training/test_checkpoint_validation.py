@@ -14,6 +14,7 @@ from prometheus_client import REGISTRY
 
 from ai_storage_training import CheckpointInvalidError, CheckpointManager
 from ai_storage_training.checkpoint import layout
+from tests.training.corruption import flip_byte
 from tests.training.test_checkpoint_lock import lease, release
 
 REFUSALS = "ai_storage_checkpoint_validation_failures_total"
@@ -28,12 +29,6 @@ def writer(payload: bytes):
     return write
 
 
-def flip(path: Path, offset: int = 3) -> None:
-    data = bytearray(path.read_bytes())
-    data[offset] ^= 0x40
-    path.write_bytes(bytes(data))
-
-
 def refused(root: Path) -> list[str]:
     return sorted(p.name.split(".")[0] for p in (root / layout.REFUSED).iterdir())
 
@@ -46,7 +41,7 @@ def test_a_flipped_byte_is_refused_with_the_file_named_and_the_previous_step_res
     manager = CheckpointManager(tmp_path, keep=None)
     for step in (1, 2):
         manager.save(step, writer(bytes([step]) * 64))
-    flip(tmp_path / layout.step_dir(2) / "optim" / "state.bin")  # same size, other bytes
+    flip_byte(tmp_path / layout.step_dir(2) / "optim" / "state.bin", 3, 0x40)  # same size, other bytes
     before = sample(REFUSALS)
     with caplog.at_level(logging.WARNING), manager.load() as checkpoint:
         assert checkpoint is not None and checkpoint.step == 1
@@ -74,7 +69,7 @@ def test_a_truncated_newest_step_is_refused_on_restore_and_kept(tmp_path, caplog
 
 def test_the_size_only_fast_path_is_explicit_and_misses_a_flip(tmp_path):
     CheckpointManager(tmp_path).save(1, writer(b"a" * 64))
-    flip(tmp_path / layout.step_dir(1) / "model.bin")
+    flip_byte(tmp_path / layout.step_dir(1) / "model.bin", 3, 0x40)
     with CheckpointManager(tmp_path, verify="size").load() as checkpoint:
         assert checkpoint is not None and checkpoint.step == 1  # what verify="size" trades away
     with pytest.raises(CheckpointInvalidError, match=r"model\.bin: CRC32C [0-9a-f]{8}, the marker says [0-9a-f]{8}"):
@@ -89,7 +84,7 @@ def test_validate_names_every_differing_file_and_a_missing_step(tmp_path):
     manager.save(1, writer(b"a" * 64))
     assert manager.validate(1).step == 1
     (tmp_path / layout.step_dir(1) / "model.bin").unlink()
-    flip(tmp_path / layout.step_dir(1) / "optim" / "state.bin")
+    flip_byte(tmp_path / layout.step_dir(1) / "optim" / "state.bin", 3, 0x40)
     with pytest.raises(CheckpointInvalidError, match=r"model\.bin: No such file.*; optim/state\.bin: CRC32C"):
         manager.validate(1)
     with pytest.raises(FileNotFoundError, match="step 7"):
@@ -137,7 +132,7 @@ def test_rollback_waits_for_nobody_and_fails_loudly_on_a_step_being_read(tmp_pat
 def test_retention_never_deletes_the_newest_checkpoint_that_validates(tmp_path, caplog):
     CheckpointManager(tmp_path, keep=None).save(1, writer(b"good" * 16))
     CheckpointManager(tmp_path, keep=None).save(2, writer(b"soon" * 16))
-    flip(tmp_path / layout.step_dir(2) / "model.bin")  # corrupted after its writer went away
+    flip_byte(tmp_path / layout.step_dir(2) / "model.bin", 3, 0x40)  # corrupted after its writer went away
     with caplog.at_level(logging.WARNING):
         assert CheckpointManager(tmp_path, keep=1).retain() == []
     assert [c.step for c in CheckpointManager(tmp_path).checkpoints()] == [1]
@@ -153,7 +148,7 @@ def test_save_copy_promotes_a_checkpoint_verified_against_its_marker(tmp_path):
     with pytest.raises(FileExistsError):
         durable.save_copy(source.path)
     bad = local.save(6, writer(b"v" * 100))
-    flip(bad.path / "model.bin")
+    flip_byte(bad.path / "model.bin", 3, 0x40)
     with pytest.raises(CheckpointInvalidError, match=r"model\.bin: CRC32C"):
         durable.save_copy(bad.path)
     assert sorted(p.name for p in durable.directory.iterdir()) == ["step-00000005"]  # nothing half-made
@@ -204,7 +199,7 @@ def test_a_refused_step_another_process_holds_stays_in_place_and_is_skipped(tmp_
     manager = CheckpointManager(tmp_path, keep=None)
     for step in (1, 2):
         manager.save(step, writer(bytes([step]) * 64))
-    flip(tmp_path / layout.step_dir(2) / "model.bin")
+    flip_byte(tmp_path / layout.step_dir(2) / "model.bin", 3, 0x40)
     held = os.open(tmp_path / layout.lock_file(2), os.O_RDWR | os.O_CREAT)
     fcntl.flock(held, fcntl.LOCK_SH)  # another process reads step 2
     try:
@@ -224,7 +219,7 @@ def test_retention_keeps_the_older_valid_step_when_the_newer_one_is_leased_elsew
     CheckpointManager(tmp_path, keep=None).save(2, writer(b"soon" * 16))
     reader = lease(tmp_path, 2)
     try:
-        flip(tmp_path / layout.step_dir(2) / "model.bin")  # corrupted while another process reads it
+        flip_byte(tmp_path / layout.step_dir(2) / "model.bin", 3, 0x40)  # corrupted while another process reads it
         with caplog.at_level(logging.WARNING):
             assert CheckpointManager(tmp_path, keep=1).retain() == []
         assert [c.step for c in CheckpointManager(tmp_path).checkpoints()] == [1, 2]

@@ -20,6 +20,7 @@ from ai_storage_training.data.pack import pack
 
 pytest.importorskip("torch")
 from ai_storage_training.data.datasets import ShardDataset
+from tests.training.corruption import flip_byte
 
 JOB = [sys.executable, str(Path(__file__).with_name("dataset_job.py"))]
 SAMPLES = 96
@@ -146,12 +147,6 @@ def test_a_scrape_of_the_training_process_counts_every_read_its_two_workers_made
     assert scrape["ai_storage_read_seconds_count"] == len(shards)
 
 
-def flip_byte(path: Path, offset: int = 700) -> None:
-    data = bytearray(path.read_bytes())
-    data[offset] ^= 0xFF
-    path.write_bytes(bytes(data))
-
-
 def read_until_refused(dataset: ShardDataset) -> tuple[list[dict], str]:
     got: list[dict] = []
     with pytest.raises(mf.DatasetError) as refused:
@@ -161,7 +156,7 @@ def read_until_refused(dataset: ShardDataset) -> tuple[list[dict], str]:
 
 
 def test_a_flipped_byte_refuses_the_shard_before_any_of_its_samples_is_used(version):
-    flip_byte(version / "shard-000005.tar")  # same size, one byte of a sample's data
+    flip_byte(version / "shard-000005.tar", 700, 0xFF)  # same size, one byte of a sample's data
     got, error = read_until_refused(ShardDataset(version, shuffle_buffer=1))
     assert "shard shard-000005.tar of dataset toy version v1: CRC32C" in error and "manifest says" in error
     assert not [s for s in got if s["__url__"] == "shard-000005.tar"]

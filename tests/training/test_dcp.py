@@ -19,6 +19,7 @@ from ai_storage_training.checkpoint import commit, layout  # noqa: E402
 from ai_storage_training.checkpoint.commit import read_marker  # noqa: E402
 from ai_storage_training.checkpoint.dcp import restore  # noqa: E402
 from tests.training import dcp_job  # noqa: E402
+from tests.training.corruption import flip_byte  # noqa: E402
 
 
 def test_saved_on_four_ranks_resumed_on_two_bit_for_bit_with_every_shard_listed(tmp_path):
@@ -117,9 +118,7 @@ def test_a_restore_reads_each_byte_of_the_data_once_and_still_refuses_a_flipped_
     assert written and not set(written) & set(read_whole)  # no data file read whole before DCP's own read
     assert {".metadata", "__0.items.json"} <= set(read_whole)
     shard = tmp_path / layout.step_dir(2) / written[0]
-    data = bytearray(shard.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    shard.write_bytes(bytes(data))
+    flip_byte(shard)
     assert restore(manager, state).step == 1 and state["n"]["step"] == 1  # refused while read, fell back
     assert [p.name.split(".")[0] for p in (tmp_path / layout.REFUSED).iterdir()] == ["step-00000002"]
 
@@ -129,9 +128,7 @@ def test_a_step_refused_while_loading_with_no_older_one_says_the_state_is_partly
     model, _ = dcp_job.make()
     dcp.save({"model": model.state_dict()}, storage_writer=manager.writer(1))
     shard = tmp_path / layout.step_dir(1) / "__0_0.distcp"
-    data = bytearray(shard.read_bytes())
-    data[-10] ^= 0x01
-    shard.write_bytes(bytes(data))
+    flip_byte(shard, -10)
     with pytest.raises(CheckpointInvalidError, match=r"step 1 .* refused while loading .*partly loaded"):
         restore(manager, {"model": dcp_job.make()[0].state_dict()})
 

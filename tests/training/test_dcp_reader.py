@@ -19,6 +19,7 @@ from torch.distributed.checkpoint.filesystem import _StorageInfo  # noqa: E402
 from ai_storage_training import CheckpointInvalidError, CheckpointManager  # noqa: E402
 from ai_storage_training.checkpoint import dcp_reader, layout  # noqa: E402
 from ai_storage_training.checkpoint.dcp import restore  # noqa: E402
+from tests.training.corruption import flip_byte  # noqa: E402
 
 ROWS = 512  # 1 MiB per fp32 tensor: torch.load reads its data in one read of more than IN_ORDER bytes
 
@@ -36,10 +37,7 @@ def item_of(path: Path, name: str) -> _StorageInfo:
 def flip(path: Path, name: str, at: int) -> None:
     """Flip one bit of tensor ``name``'s item, ``at`` bytes into it (negative: from its end)."""
     info = item_of(path, name)
-    file = path / info.relative_path
-    data = bytearray(file.read_bytes())
-    data[info.offset + (at if at >= 0 else info.length + at)] ^= 0x01
-    file.write_bytes(bytes(data))
+    flip_byte(path / info.relative_path, info.offset + (at if at >= 0 else info.length + at))
 
 
 def test_every_byte_is_read_from_storage_once_straight_into_the_tensors(tmp_path, monkeypatch):
@@ -102,9 +100,7 @@ def test_a_checked_item_returns_the_bytes_asked_for_and_refuses_any_flipped_one(
 
     def read_randomly(flipped: int | None) -> None:
         if flipped is not None:
-            data = bytearray(path.read_bytes())
-            data[offset + flipped] ^= 0x80
-            path.write_bytes(bytes(data))
+            flip_byte(path, offset + flipped, 0x80)
         with path.open("rb") as file:
             item = dcp_reader._CheckedItem(reader, file.fileno(), _StorageInfo("items", offset, length), expected)
         with item:

@@ -17,6 +17,7 @@ from ai_storage_training import CheckpointManager
 from ai_storage_training.checkpoint import layout
 from ai_storage_training.checkpoint.commit import FileRecord, Marker, write_marker
 from ai_storage_training.doctor.checkpoints import findings, inspect
+from tests.training.corruption import flip_byte
 
 HOUR = 3600
 
@@ -26,12 +27,6 @@ def save_steps(directory: Path, *steps: int) -> CheckpointManager:
     for step in steps:
         manager.save(step, lambda d, step=step: (d / "model.bin").write_bytes(bytes([step]) * 50_000))
     return manager
-
-
-def flip_byte(path: Path) -> None:
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    path.write_bytes(bytes(data))
 
 
 def age(path: Path, seconds: float) -> None:

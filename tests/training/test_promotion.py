@@ -16,6 +16,7 @@ from ai_storage_training.checkpoint.async_save import AsyncCheckpointer
 from ai_storage_training.checkpoint.commit import read_marker
 from ai_storage_training.checkpoint.manager import CheckpointManager
 from tests.training import promoter_job
+from tests.training.corruption import flip_byte
 
 PROMOTER = Path(__file__).with_name("promoter_job.py")
 
@@ -31,12 +32,6 @@ def files(step: int, size: int = 4096) -> dict[str, bytes]:
 def land(manager: CheckpointManager, step: int, size: int = 4096) -> None:
     data = files(step, size)
     manager.save(step, lambda d: [(d / name).write_bytes(b) for name, b in data.items()])
-
-
-def flip_byte(path: Path) -> None:
-    raw = bytearray(path.read_bytes())
-    raw[len(raw) // 2] ^= 0xFF
-    path.write_bytes(bytes(raw))
 
 
 @pytest.fixture
@@ -97,7 +92,7 @@ def test_a_local_step_is_deleted_only_after_its_promotion_committed(tiers, monke
 def test_a_corrupt_local_step_is_not_promoted_and_stays_for_inspection(tiers):
     local, durable, promoter, _ = tiers
     land(local, 1)
-    flip_byte(local.final_path(1) / "shard-1.bin")
+    flip_byte(local.final_path(1) / "shard-1.bin", mask=0xFF)
     failures = sample("ai_storage_checkpoint_promotion_failures_total")
     assert promoter.promote() == []
     assert sample("ai_storage_checkpoint_promotion_failures_total") - failures == 1
@@ -111,7 +106,7 @@ def test_a_durable_copy_that_fails_its_read_back_is_refused_there_and_the_local_
 
     def copy_then_rot(source):  # the durable tier corrupts the copy after it was written
         checkpoint = real_copy(source)
-        flip_byte(checkpoint.path / "shard-0.bin")
+        flip_byte(checkpoint.path / "shard-0.bin", mask=0xFF)
         return checkpoint
 
     monkeypatch.setattr(durable, "save_copy", copy_then_rot)
@@ -153,9 +148,9 @@ def test_a_restore_prefers_a_local_step_that_validates(tiers):
     promoter.promote()  # step 1: durable, and kept locally (local_keep=1)
     land(local, 2)
     assert promotion.restore_manager(local, durable) is local  # step 2 is only local
-    flip_byte(local.final_path(2) / "shard-2.bin")
+    flip_byte(local.final_path(2) / "shard-2.bin", mask=0xFF)
     assert promotion.restore_manager(local, durable) is local  # local step 1 validates and is as new as durable
-    flip_byte(local.final_path(1) / "shard-0.bin")
+    flip_byte(local.final_path(1) / "shard-0.bin", mask=0xFF)
     chosen = promotion.restore_manager(local, durable)
     assert chosen is durable  # no local step that validates: the durable one
     with chosen.load() as checkpoint:

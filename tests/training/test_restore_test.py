@@ -13,6 +13,7 @@ import pytest
 
 from ai_storage_training.checkpoint import layout
 from ai_storage_training.checkpoint.manager import CheckpointManager
+from tests.training.corruption import flip_byte
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMESTAMP = "ai_storage_checkpoint_restore_test_timestamp_seconds"
@@ -68,9 +69,7 @@ def test_a_flipped_byte_in_the_newest_step_fails_naming_the_file_and_keeps_the_l
     assert restore_test(checkpoints.directory, "--textfile", textfile)[0] == 0
     kept = textfile.read_text()
     shard = checkpoints.final_path(2) / "shard-1.bin"
-    raw = bytearray(shard.read_bytes())
-    raw[1234] ^= 0x01
-    shard.write_bytes(bytes(raw))
+    flip_byte(shard, 1234)
     status, result, _ = restore_test(checkpoints.directory, "--textfile", textfile)
     assert status == 1 and result["status"] == "failed" and result["step"] == 2
     assert len(result["problems"]) == 1 and result["problems"][0].startswith("shard-1.bin: CRC32C")
