@@ -35,6 +35,11 @@ if platform.acceptance is not None:
     pulumi.export("acceptance", platform.acceptance.verdicts)
 if platform.teams is not None:
     pulumi.export("teamNamespaces", platform.teams.namespaces)
+# What a team's workspace settings copy (workspace.jobKinds and workspace.queueCapability, docs/jobs.md).
+pulumi.export("jobKinds", settings.training.job_kinds + (["volcano"] if settings.volcano.enabled else []))
+if settings.volcano.enabled:
+    capability = {t.name: t.queue.capability.spec() if t.queue.capability else None for t in settings.teams.workspaces}
+    pulumi.export("teamQueues", capability)
 if platform.metadata is not None:
     pulumi.export("metadataEngine", platform.metadata.engine)
     pulumi.export("metadataFlavor", platform.metadata.flavor)

@@ -12,10 +12,11 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from . import training, volcano
-from .jobs import RESTART_ON, JobSettings, PodContext, TaskSettings, team_pod
+from .jobs import REPLICA_INDEX, RESTART_ON, JobSettings, PodContext, TaskSettings, team_pod
 
 PATCH_MANAGER = "ai-storage-platform/team-workspace"
 """Owner of the TrainJob's runtime patch (a domain-prefixed path, as the Trainer requires)."""
@@ -29,6 +30,19 @@ API: dict[str, tuple[str, str]] = {
 V1_CONTAINER = {"pytorchjob": "pytorch", "tfjob": "tensorflow"}
 """The container name the v1 operator looks for in each replica (its default container)."""
 V1_REPLICAS = {"pytorchjob": "pytorchReplicaSpecs", "tfjob": "tfReplicaSpecs"}
+RDZV_PORT = "23456"
+"""The port torchrun's master listens on in a Volcano Job (the v1 operator's PyTorchJob default)."""
+NO_ENV_CONTAINERS = ("dataset-initializer", "model-initializer", training.NODE)
+"""Containers a TrainJob's runtime patch must not set env on (Trainer v2.3.0's webhook; env goes in
+``spec.trainer.env``, which the Trainer upserts into the ``node`` container)."""
+RESERVED_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
+"""What the Trainer sets for torchrun and refuses in ``spec.trainer.env`` (``TorchRunReservedEnvNames``)."""
+TRAINJOB_HINT = (
+    "Kubeflow Trainer v2.3.0's webhook (pkg/runtime/framework/plugins/jobset/jobset.go, torch/torch.go) refuses the "
+    "TrainJob: env of the node container belongs in spec.trainer.env, patches name only the runtime's own replicated "
+    "jobs and containers, and the PET_* variables are the Trainer's"
+)
+_DOMAIN_PREFIXED_PATH = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*(/[^/]+)+$")
 
 
 def _container(job: JobSettings, group: TaskSettings, name: str) -> dict[str, Any]:
@@ -57,6 +71,7 @@ def train_job_spec(job: JobSettings, where: PodContext) -> dict:
     pods with the team's queue, claims, volumes, tolerations and non-root security context."""
     (group,) = job.groups()
     pod = team_pod(job, group, where, {"name": training.NODE})
+    env = pod["spec"]["containers"][0].pop("env", [])  # the webhook refuses env in a patch of the node container
     patch = {
         "manager": PATCH_MANAGER,
         "trainingRuntimeSpec": {
@@ -71,10 +86,42 @@ def train_job_spec(job: JobSettings, where: PodContext) -> dict:
     given: dict[str, Any] = {"image": job.image, "command": job.command, "args": job.args, "numNodes": job.num_nodes}
     if job.resources_per_node:
         given["resourcesPerNode"] = {"limits": job.resources_per_node.spec()}
+    given["env"] = env
     trainer = {key: value for key, value in given.items() if value}
     if trainer:
         spec["trainer"] = trainer
     return spec
+
+
+def trainjob_webhook_errors(spec: dict[str, Any], runtime_jobs: dict[str, set[str]] | None = None) -> list[str]:
+    """What Kubeflow Trainer v2.3.0's TrainJob webhook refuses in ``spec`` (``JobSet.Validate`` in
+    pkg/runtime/framework/plugins/jobset/jobset.go, ``Torch.Validate`` in plugins/torch/torch.go): a patch manager
+    that is not a domain-prefixed path, a patched replicated job or container the runtime lacks (``runtime_jobs``:
+    replicated job -> its containers and init containers; default: the platform's runtimes, a ``node`` job with the
+    ``node`` container and the staging init container), env on the node or initializer containers, and torchrun's
+    reserved variables in ``trainer.env``."""
+    from .staging import INIT_CONTAINER
+
+    runtime_jobs = runtime_jobs or {training.NODE: {training.NODE, INIT_CONTAINER}}
+    errors = []
+    for patch in spec.get("runtimePatches", []):
+        if not _DOMAIN_PREFIXED_PATH.match(patch.get("manager", "")):
+            errors.append(f"runtimePatches.manager {patch.get('manager')!r} is not a domain-prefixed path")
+        template = (patch.get("trainingRuntimeSpec") or {}).get("template") or {}
+        for rjob in (template.get("spec") or {}).get("replicatedJobs", []):
+            if rjob["name"] not in runtime_jobs:
+                errors.append(f"runtimePatches: replicated job {rjob['name']!r} is not in the runtime")
+                continue
+            pod = ((rjob.get("template") or {}).get("spec") or {}).get("template", {}).get("spec") or {}
+            for container in pod.get("initContainers", []) + pod.get("containers", []):
+                if container["name"] not in runtime_jobs[rjob["name"]]:
+                    errors.append(f"runtimePatches: container {container['name']!r} is not in the runtime job")
+                elif container.get("env") and container["name"] in NO_ENV_CONTAINERS:
+                    errors.append(f"runtimePatches: env on the {container['name']} container")
+    reserved = sorted({e["name"] for e in (spec.get("trainer") or {}).get("env", [])} & set(RESERVED_ENV))
+    if reserved:
+        errors.append(f"trainer.env sets the Trainer's reserved {', '.join(reserved)}")
+    return errors
 
 
 def v1_job_spec(job: JobSettings, where: PodContext) -> dict:
@@ -90,12 +137,35 @@ def v1_job_spec(job: JobSettings, where: PodContext) -> dict:
     return {V1_REPLICAS[job.kind]: replicas, "runPolicy": {"cleanPodPolicy": "None", "schedulingPolicy": policy}}
 
 
+def rendezvous_env(job: JobSettings) -> list[dict[str, Any]]:
+    """What torchrun (and ``init_process_group``'s ``env://``) needs to meet its peers in a Volcano Job: the
+    master's address, the first task's pod 0 by the name the ``svc`` plugin gives it (hostname ``<job>-<task>-0``,
+    subdomain ``<job>``: pkg/controllers/job/plugins/svc/svc.go at volcano-sh/volcano v1.15.1, the first of
+    ``VC_<TASK>_HOSTS``), a port, and, when every pod is of one task, the nodes and this node's rank (the task
+    index Volcano annotates, ``volcano.sh/task-index``). Volcano itself sets none of them: without them torchrun
+    waits on 127.0.0.1 as node 0 in every pod."""
+    groups = job.groups()
+    pods = sum(group.replicas for group in groups)
+    if pods < 2:
+        return []
+    master = f"{job.name}-{groups[0].name}-0.{job.name}"
+    env: list[dict[str, Any]] = []
+    for prefix in ("", "PET_"):
+        env += [{"name": f"{prefix}MASTER_ADDR", "value": master}, {"name": f"{prefix}MASTER_PORT", "value": RDZV_PORT}]
+    if len(groups) == 1:
+        rank = {"fieldRef": {"fieldPath": REPLICA_INDEX["volcano"]}}
+        env += [{"name": "PET_NNODES", "value": str(pods)}, {"name": "PET_NODE_RANK", "valueFrom": rank}]
+    return env
+
+
 def volcano_job_spec(job: JobSettings, where: PodContext) -> dict:
     """A Volcano Job's ``spec``: its tasks, gang-scheduled in the team's queue, restarted as a whole on an
-    evicted or failed pod."""
+    evicted or failed pod; every container told where its peers meet (``rendezvous_env``)."""
     tasks: list[dict[str, Any]] = []
     for group in job.groups():
-        pod = _labelled(team_pod(job, group, where, _container(job, group, group.name)))
+        container = _container(job, group, group.name)
+        container["env"] = [*rendezvous_env(job), *container["env"]]
+        pod = _labelled(team_pod(job, group, where, container))
         pod["spec"]["restartPolicy"] = "Never"  # Volcano restarts the whole gang, not single pods
         tasks.append({"name": group.name, "replicas": group.replicas, "template": pod})
     return {

@@ -134,6 +134,19 @@ class JobSettings(Section):
             return [TaskSettings(name=first)] + ([TaskSettings(name=rest, replicas=nodes - 1)] if nodes > 1 else [])
         return [TaskSettings(name=training.NODE if self.kind == "trainjob" else "worker", replicas=nodes)]
 
+    def gang(self) -> dict[str, float]:
+        """What the pods Volcano must place together request in all (``QueueResources.amounts``): the first
+        `minAvailable` pods in task order, as Volcano computes a PodGroup's minResources (``calcPGMinResources``,
+        pkg/controllers/job/job_controller_actions.go at volcano-sh/volcano v1.15.1)."""
+        total: dict[str, float] = {}
+        left = self.min_available or sum(group.replicas for group in self.groups())
+        for group in self.groups():
+            pods, left = min(group.replicas, left), left - min(group.replicas, left)
+            resources = group.resources or self.resources_per_node
+            for name, amount in (resources.amounts() if resources else {}).items():
+                total[name] = total.get(name, 0.0) + pods * amount
+        return total
+
     def problems(self) -> list[Problem]:
         """Kinds without a runtime need an image; tasks fit the kind; the gang and the slices fit the pods."""
         found = []
@@ -144,6 +157,10 @@ class JobSettings(Section):
         if pods is not None and self.min_available is not None and self.min_available > pods:
             expected = f"expected at most the job's pods ({pods})"
             found.append(Problem("minAvailable", expected, self.min_available, "the gang could never be placed"))
+        if self.kind == "volcano" and "svc" not in self.plugins and sum(g.replicas for g in self.groups()) > 1:
+            hint = "the svc plugin names each pod (<job>-<task>-<index>.<job>): the rendezvous address is pod 0's name"
+            expected = "expected svc among the plugins of a job of several pods"
+            found.append(Problem("plugins", expected, self.plugins, hint))
         return found + self._slice_problems()
 
     def _task_problems(self) -> list[Problem]:

@@ -278,8 +278,7 @@ class PlatformSettings(Section):
             owned["fluid"] = self.fluid.namespace
             owned.update({f"fluid.datasets.{ns}": ns for ns in sorted(datasets)})
         if self.training.enabled:
-            if self.training.operator == "trainer-v2":
-                owned["training"] = self.training.namespace
+            owned.update(self.training.operator_namespaces())
             if self.training.workload_namespace not in datasets:
                 owned["training.workloadNamespace"] = self.training.workload_namespace
         return owned

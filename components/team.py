@@ -32,13 +32,14 @@ from .checkpoints import (
     protect_checkpoints,
 )
 from .common import kube
-from .job_kinds import API, job_spec
-from .jobs import JobSettings, PodContext
+from .job_kinds import API, TRAINJOB_HINT, job_spec, train_job_spec, trainjob_webhook_errors
+from .jobs import JobSettings, Kind, PodContext
 from .namespace_rules import namespace_problem, platform_defaults
 from .sections import DnsLabel, Problem, Quantity, Section, validate
 from .staging import StagingSettings, stage_into
 from .storage_tiers import NAME_PREFIX
 from .training import CHECKPOINT_PATH, DataTier
+from .volcano import QueueResources, amount_text
 
 DELIVERED = DeliveredOffsite(tenants.OFFSITE_ACCOUNT, tenants.OFFSITE_TARGET, tenants.OFFSITE_CREDENTIALS)
 """What the platform delivers into a team's namespace for its offsite copies."""
@@ -72,11 +73,16 @@ class WorkspaceSettings(Section):
     classes."""
     protect: bool = False
     """Protect and retain the dataset and checkpoint claims (a `pulumi destroy` keeps the data)."""
-    training_operator: Literal["trainer-v2", "training-operator-v1"] = "trainer-v2"
-    """What the platform installs (its `training.operator`): `trainer-v2` runs `trainjob`, `training-operator-v1`
-    runs `pytorchjob` and `tfjob`; `volcano` runs on either."""
+    job_kinds: list[Kind] = ["trainjob", "volcano"]
+    """The job kinds the platform runs: its stack output `jobKinds` (from `training.operators` and `volcano`)."""
+    queue_capability: QueueResources | None = None
+    """The capability of the team's Queue (the platform's `teams.workspaces[].queue.capability`, stack output
+    `teamQueues`): a gang that asks for more is refused; unset: not checked."""
     kubernetes_version: str = Field("1.33", pattern=r"^1\.(2[5-9]|3[0-7])$")
     """The cluster's Kubernetes minor version (the platform's `cluster.kubernetesVersion`): image volumes need 1.33."""
+    image_volumes: bool = False
+    """The cluster's `ImageVolume` feature gate is on (off by default on 1.33 and 1.34, where an API server without it
+    silently drops image volumes; on from 1.35)."""
 
     def problems(self) -> list[Problem]:
         """A namespace of the team's own: not one Kubernetes reserves, nor one a platform stack uses or trusts
@@ -151,30 +157,50 @@ class TeamSettings(Section):
         return found + self._staging_problems() + self._kind_problems()
 
     def _kind_problems(self) -> list[Problem]:
-        """The job's kind needs the operator the platform installs; image volumes need Kubernetes 1.33."""
+        """The job's kind runs on the platform; image volumes need a cluster that keeps them; the gang fits its
+        queue; a TrainJob's patch passes the Trainer's webhook."""
         found = []
         job, w = self.job, self.workspace
-        runs = {"trainer-v2": ("trainjob", "volcano"), "training-operator-v1": ("pytorchjob", "tfjob", "volcano")}
-        if job.enabled and job.kind not in runs[w.training_operator]:
-            found.append(
-                Problem(
-                    "job.kind",
-                    f"expected {' or '.join(runs[w.training_operator])}: the platform's training.operator is "
-                    f"{w.training_operator} (workspace.trainingOperator)",
-                    job.kind,
-                    "a pytorchjob or tfjob needs training.operator: training-operator-v1 on the platform (then set "
-                    "workspace.trainingOperator to match); a trainjob needs trainer-v2",
-                )
-            )
-        minor = int(w.kubernetes_version.split(".")[1])
-        if job.volumes and minor < 33:
+        if job.enabled and job.kind not in w.job_kinds:
             hint = (
-                "Pod Security restricted admits image volumes from Kubernetes 1.33 (kubernetes#130394); the "
-                "ImageVolume feature is on by default from 1.35 and needs its feature gate on 1.33 and 1.34"
+                "copy the platform stack's output jobKinds into workspace.jobKinds; pytorchjob and tfjob need "
+                "training-operator-v1 in the platform's training.operators, trainjob needs trainer-v2, volcano needs "
+                "volcano.enabled"
             )
-            expected = "expected workspace.kubernetesVersion 1.33 or newer with image volumes"
-            found.append(Problem("job.volumes", expected, w.kubernetes_version, hint))
-        return found
+            expected = f"expected one of {', '.join(w.job_kinds)} (workspace.jobKinds, the platform's output jobKinds)"
+            found.append(Problem("job.kind", expected, job.kind, hint))
+        minor = int(w.kubernetes_version.split(".")[1])
+        if job.volumes and (minor < 33 or (minor < 35 and not w.image_volumes)):
+            hint = (
+                "Pod Security restricted admits image volumes from Kubernetes 1.33 (kubernetes#130394); on 1.33 and "
+                "1.34 the ImageVolume feature gate is off by default and an API server without it drops the volume "
+                "and its mount without a word: turn the gate on (kube-apiserver and kubelet) and set "
+                "workspace.imageVolumes: true, or use Kubernetes 1.35+"
+            )
+            expected = "expected Kubernetes 1.35+, or 1.33+ with workspace.imageVolumes: true (the ImageVolume gate)"
+            given = f"{w.kubernetes_version}, imageVolumes {w.image_volumes}"
+            found.append(Problem("job.volumes", expected, given, hint))
+        webhook = trainjob_problems(self) if job.enabled and job.kind == "trainjob" else []
+        return found + self._gang_problems() + webhook
+
+    def _gang_problems(self) -> list[Problem]:
+        """Volcano enqueues a gang only when its pods' requests fit the queue's capability; otherwise the job stays
+        Pending for ever, with no error anywhere."""
+        cap = self.workspace.queue_capability
+        if cap is None or not self.job.enabled:
+            return []
+        gang, limit = self.job.gang(), cap.amounts()
+        over = [name for name, amount in gang.items() if name in limit and amount > limit[name]]
+        if not over:
+            return []
+        asked = ", ".join(f"{name} {amount_text(name, gang[name])}" for name in over)
+        allowed = ", ".join(f"{name} {amount_text(name, limit[name])}" for name in over)
+        hint = (
+            "Volcano never enqueues a gang larger than its queue: lower the pods' resources, the replicas or "
+            "minAvailable, or raise the queue's capability on the platform (teams.workspaces[].queue.capability)"
+        )
+        expected = f"expected a gang within queue {self.queue_name}'s capability ({allowed})"
+        return [Problem("job", expected, f"the gang's {self.job.min_available or 'pods'} ask {asked}", hint)]
 
     def _staging_problems(self) -> list[Problem]:
         """Staging needs a job whose pods can get an init container, and a hot claim of its own."""
@@ -193,6 +219,15 @@ class TeamSettings(Section):
                 Problem("staging.claim", expected, st.claim, "the staged copy needs a hot-tier claim of its own")
             )
         return found
+
+
+def trainjob_problems(s: TeamSettings) -> list[Problem]:
+    """What Kubeflow Trainer v2.3.0's validating webhook refuses in the TrainJob this workspace renders
+    (``trainjob_webhook_errors``), as problems of the job's settings."""
+    where = PodContext(s.queue_name, s.workspace.run_as_user, s.dataset.name, s.checkpoint.claim)
+    errors = trainjob_webhook_errors(train_job_spec(s.job, where))
+    expected = "expected a TrainJob the Trainer's webhook admits"
+    return [Problem("job", expected, error, TRAINJOB_HINT) for error in errors]
 
 
 def load_team_settings(config: Mapping[str, Any]) -> TeamSettings:

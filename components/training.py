@@ -1,4 +1,4 @@
-"""Training: Kubeflow Trainer v2 (or the v1 training-operator) with runtimes gang-scheduled by Volcano.
+"""Training: Kubeflow Trainer v2 and the v1 training-operator (either or both), gang-scheduled by Volcano.
 
 Trainer v2 is the OCI chart as a Helm release with its JobSet dependency. Its built-in runtimes come from a
 post-install hook Job that downloads kubectl at run time, so every built-in runtime is off (the hook exists only
@@ -7,14 +7,11 @@ while one is on) and the ClusterTrainingRuntimes are created here. Each runtime 
 (``scheduling.volcano.sh/queue-name``) on the JobSet template (the Trainer's Volcano plugin reads it there) and on
 the pod template. Pods mount a dataset claim read-only at ``/data`` and the checkpoint claim at ``/checkpoints``.
 
-The v1 training-operator has no chart: the upstream kustomize overlay ``standalone`` at a pinned tag, rendered by
-the provider (``kustomize.v2.Directory``; offline it renders no children), with a transform that pins the image
-and adds ``--gang-scheduler-name=volcano``; installed after Volcano (it exits without the PodGroup CRD).
+The v1 training-operator (PyTorchJob, TFJob) is ``training_operator_v1``.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -23,11 +20,12 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field
 
-from . import checkpoints
+from . import checkpoints, training_operator_v1
 from .checkpoints import CheckpointProtection, OffsiteTarget, protect_checkpoints
 from .common import kube, versions
 from .sections import ControllerSettings, DnsLabel, PinnedImage, Problem, Quantity, Section
 from .staging import DATA_PATH, DATA_VOLUME, StagingSettings, stage_into
+from .training_operator_v1 import V1_NAMESPACE
 from .volcano import QUEUE_ANNOTATION, SCHEDULER_NAME
 
 CHECKPOINT_PATH = "/checkpoints"
@@ -44,10 +42,7 @@ METRICS_PORT = 9095
 """Port the training library serves its metrics on (`metrics.serve()`, from `$AI_STORAGE_METRICS_PORT`)."""
 METRICS_DIR, METRICS_DIR_VOLUME, METRICS_DIR_SIZE = "/var/run/ai-storage-metrics", "metrics-dir", "64Mi"
 """prometheus_client's multiprocess directory in each training container (an emptyDir; about 16 KiB per process)."""
-V1_NAMESPACE = "kubeflow"
-"""Namespace the v1 overlay `standalone` installs into (fixed by the overlay)."""
-V1_DEPLOYMENT = "training-operator"
-GANG_FLAG = f"--gang-scheduler-name={SCHEDULER_NAME}"
+Operator = Literal["trainer-v2", "training-operator-v1"]
 _BUILTIN_RUNTIMES = tuple(f"{name}Distributed" for name in ("torch", "deepspeed", "mlx", "jax", "xgboost"))
 _TORCHTUNE_RUNTIMES = ("llama3_2_1B", "llama3_2_3B", "qwen2_5_1_5B")
 
@@ -87,8 +82,9 @@ class TrainingSettings(Section):
 
     enabled: bool = False
     """Install a training operator (needs `volcano.enabled`)."""
-    operator: Literal["trainer-v2", "training-operator-v1"] = "trainer-v2"
-    """Kubeflow Trainer v2 (TrainJob) or the legacy v1 training-operator (PyTorchJob, TFJob...)."""
+    operators: list[Operator] = ["trainer-v2"]
+    """Operators to install, side by side: Kubeflow Trainer v2 (TrainJob, in `namespace`) and the v1 training-operator
+    (PyTorchJob, TFJob..., in `kubeflow`); the stack output `jobKinds` says which team job kinds run."""
     namespace: DnsLabel = "kubeflow-system"
     """Namespace of the Trainer v2 controller (v1 always installs into `kubeflow`)."""
     workload_namespace: DnsLabel = "training"
@@ -103,10 +99,27 @@ class TrainingSettings(Section):
     """Replicas and resources of the Trainer v2 controller manager and the JobSet controller."""
 
     def problems(self) -> list[Problem]:
-        """Runtimes are Trainer v2 objects."""
-        if self.enabled and self.operator != "trainer-v2" and self.runtimes:
-            return [Problem("runtimes", "expected no runtimes", len(self.runtimes), "runtimes need trainer-v2")]
+        """At least one operator, each once; runtimes are Trainer v2 objects."""
+        if not self.enabled:
+            return []
+        if not self.operators or len(set(self.operators)) < len(self.operators):
+            hint = "list trainer-v2, training-operator-v1 or both, each once"
+            return [Problem("operators", "expected one or two distinct operators", self.operators, hint)]
+        if "trainer-v2" not in self.operators and self.runtimes:
+            hint = "runtimes are Trainer v2 ClusterTrainingRuntimes: add trainer-v2 to operators"
+            return [Problem("runtimes", "expected no runtimes without trainer-v2", len(self.runtimes), hint)]
         return []
+
+    def operator_namespaces(self) -> dict[str, str]:
+        """The namespaces the operators install into, by settings key."""
+        owned = {"training": self.namespace} if "trainer-v2" in self.operators else {}
+        return owned | ({"training.operators": V1_NAMESPACE} if "training-operator-v1" in self.operators else {})
+
+    @property
+    def job_kinds(self) -> list[str]:
+        """The team job kinds this platform runs (``jobs.Kind``; Volcano Jobs need only Volcano)."""
+        kinds = {"trainer-v2": ["trainjob"], "training-operator-v1": ["pytorchjob", "tfjob"]}
+        return [kind for operator in self.operators for kind in kinds[operator]] if self.enabled else []
 
 
 MANAGER_BUDGET = {kube.BUDGET_LABEL: "trainer-manager"}
@@ -214,39 +227,6 @@ def runtime_spec(
     }
 
 
-def v1_operator_transform(obj: dict[str, Any]) -> dict[str, Any] | None:
-    """The v1 overlay's objects as installed: the operator Deployment runs the pinned image with Volcano gang
-    scheduling, and the overlay's namespace carries Pod Security labels. ``None`` leaves an object as is."""
-    kind, name = obj.get("kind"), (obj.get("metadata") or {}).get("name")
-    if kind == "Namespace" and name == V1_NAMESPACE:
-        out = copy.deepcopy(obj)
-        # baseline: the upstream Deployment sets no runAsNonRoot or seccomp profile, so restricted rejects it.
-        out["metadata"].setdefault("labels", {}).update(
-            {
-                "pod-security.kubernetes.io/enforce": "baseline",
-                "pod-security.kubernetes.io/audit": "restricted",
-                "pod-security.kubernetes.io/warn": "restricted",
-            }
-        )
-        return out
-    if kind != "Deployment" or name != V1_DEPLOYMENT:
-        return None
-    out = copy.deepcopy(obj)
-    for container in out["spec"]["template"]["spec"]["containers"]:
-        if container["name"] == V1_DEPLOYMENT:
-            container["image"] = versions.TRAINING_OPERATOR_V1_IMAGE
-            if GANG_FLAG not in container.get("command", []) + container.get("args", []):
-                container["args"] = [*container.get("args", []), GANG_FLAG]
-    return out
-
-
-def _v1_transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
-    if not args.type_.startswith("kubernetes:"):
-        return None
-    changed = v1_operator_transform(dict(args.props))
-    return None if changed is None else pulumi.ResourceTransformResult(props=changed, opts=args.opts)
-
-
 @dataclass
 class TrainingArgs:
     """Inputs of Training."""
@@ -305,15 +285,11 @@ class Training(pulumi.ComponentResource):
                 [workloads, claim],
             )
         self.runtimes = []
-        if s.operator == "trainer-v2":
+        if "trainer-v2" in s.operators:
             operator = self._trainer_v2(name, s, args.volcano)
             self.runtimes = [self._runtime(name, runtime, args, [operator, args.volcano]) for runtime in s.runtimes]
-        else:
-            k8s.kustomize.v2.Directory(
-                f"{name}-training-operator-v1",
-                directory=versions.TRAINING_OPERATOR_V1_KUSTOMIZE,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[args.volcano], transforms=[_v1_transform]),
-            )
+        if "training-operator-v1" in s.operators:
+            training_operator_v1.install(f"{name}-training-operator-v1", self, args.volcano)
         self.register_outputs({"runtimes": self.runtimes, "checkpoint_claim": self.checkpoint_claim})
 
     def _runtime(

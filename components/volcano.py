@@ -33,6 +33,18 @@ class QueueResources(Section):
     gpu: int | None = Field(None, ge=0)
     """NVIDIA GPUs (`nvidia.com/gpu`)."""
 
+    def amounts(self) -> dict[str, float]:
+        """The set resources as numbers (CPU in cores, memory in bytes, GPUs), to add and compare."""
+        out: dict[str, float] = {}
+        if self.cpu is not None:
+            cpu = str(self.cpu)
+            out["cpu"] = float(cpu[:-1]) / 1000 if cpu.endswith("m") else float(cpu)
+        if self.memory is not None:
+            out["memory"] = float(kube.quantity_bytes(self.memory))
+        if self.gpu is not None:
+            out["gpu"] = float(self.gpu)
+        return out
+
     def spec(self) -> dict[str, str | int]:
         """The Kubernetes resource list, without the unset resources."""
         out: dict[str, str | int] = {}
@@ -43,6 +55,11 @@ class QueueResources(Section):
         if self.gpu is not None:
             out[GPU] = self.gpu
         return out
+
+
+def amount_text(name: str, value: float) -> str:
+    """A resource amount of ``QueueResources.amounts`` as a person reads it (memory in GiB)."""
+    return f"{value / 2**30:g}Gi" if name == "memory" else f"{value:g}"
 
 
 class QueueShare(Section):

@@ -37,6 +37,9 @@ KUBEFLOW_TRAINER = ChartPin("kubeflow-trainer", "2.3.0", "oci://ghcr.io/kubeflow
 # that overlay sets at that tag (overlays/standalone `images: newTag`).
 TRAINING_OPERATOR_V1_KUSTOMIZE = "https://github.com/kubeflow/trainer/tree/v1.9.4/manifests/overlays/standalone"
 TRAINING_OPERATOR_V1_IMAGE = "ghcr.io/kubeflow/training-v1/training-operator:v1-93c5489"
+# The image of the `init-pytorch` init container the v1 operator adds to PyTorchJob workers (it waits for the
+# master's DNS name with nslookup); upstream's default is alpine:3.10, long out of support.
+TRAINING_OPERATOR_V1_INIT_IMAGE = "docker.io/library/alpine:3.22.2"
 
 # CSI snapshot CRDs and snapshot-controller (external-snapshotter has no chart): the upstream kustomize
 # directories at a pinned tag; the controller image is the one that tag's manifests name.

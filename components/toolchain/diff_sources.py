@@ -28,7 +28,9 @@ def render_ref(repo: Path, ref: str, out: Path, stacks: list[str] | None = None)
             other = _pins(tree / "requirements.txt") - _pins(repo / "requirements.txt")
             if other:
                 print(f"warning: {ref} pins {', '.join(sorted(other))}, not installed here", file=sys.stderr)
-            names = stacks or sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in tree.glob("Pulumi.*.yaml"))
+            names = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in tree.glob("Pulumi.*.yaml"))
+            _require(stacks, names, f"git ref {ref}")
+            names = stacks or names
             out.mkdir(parents=True, exist_ok=True)  # render --out wants an existing parent folder
             for stack in names:
                 cmd = [sys.executable, "-m", "components", "render", "--stack", stack, "--out", str(out / stack)]
@@ -38,6 +40,14 @@ def render_ref(repo: Path, ref: str, out: Path, stacks: list[str] | None = None)
         finally:
             _git(repo, "worktree", "remove", "--force", str(tree))
     return {s: out / s for s in names}
+
+
+def _require(stacks: list[str] | None, present: list[str], where: str) -> None:
+    """Refuse a requested stack that ``where`` does not have, naming it and what is there."""
+    missing = sorted(set(stacks or ()) - set(present))
+    if missing:
+        has = ", ".join(sorted(present)) or "none"
+        raise RenderError(f"no stack {', '.join(missing)} in {where}; stacks there: {has}")
 
 
 def _pins(path: Path) -> set[str]:
@@ -57,7 +67,10 @@ def _git(repo: Path, *args: str) -> str:
 
 
 def folders(spec: str, repo: Path, out: Path, stacks: list[str] | None) -> dict[str, Path]:
-    """A render folder as given, or a git ref rendered into ``out``."""
+    """A render folder as given, or a git ref rendered into ``out``; a requested stack this side lacks is an error
+    naming it, the side and the stacks the side has."""
     path = Path(spec)
     found = stack_folders(path) if path.is_dir() else render_ref(repo, spec, out, stacks)
+    if path.is_dir():
+        _require(stacks, list(found), f"render folder {path}")
     return {s: p for s, p in found.items() if not stacks or s in stacks}

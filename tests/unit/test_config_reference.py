@@ -433,11 +433,11 @@ CROSS_FIELD: list[tuple[str, str, dict[str, Any], str, str]] = [
         "TrainingSettings",
         "platform",
         {
-            "training": {"enabled": True, "operator": "training-operator-v1", "runtimes": [RUNTIME]},
+            "training": {"enabled": True, "operators": ["training-operator-v1"], "runtimes": [RUNTIME]},
             "volcano": {"enabled": True, "queues": [{"name": "q"}]},
         },
         "training.runtimes",
-        "expected no runtimes",
+        "expected no runtimes without trainer-v2",
     ),
     (
         "QueueSettings",

@@ -73,7 +73,7 @@ def test_bad_job_settings_are_rejected_with_key_and_hint(job, key, expected):
 
 # ---------------------------------------------------------------- kinds, tasks, volumes, slices, GPU tolerations
 
-V1 = {"workspace": {"trainingOperator": "training-operator-v1"}}
+V1 = {"workspace": {"jobKinds": ["pytorchjob", "tfjob", "volcano"]}}
 GPU = {"cpu": "8", "memory": "32Gi", "gpu": 1}
 
 
@@ -182,7 +182,9 @@ def test_each_replica_sees_only_its_slice_of_the_dataset(kind, job, index):
         if data is None:
             continue
         assert data["subPathExpr"] == "slice-$(AI_STORAGE_DATA_SLICE)" and data["readOnly"] is True
-        env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+        # A TrainJob's node container gets its env from spec.trainer.env (the webhook refuses it in a patch).
+        given = rendered_job["spec"]["trainer"]["env"] if kind == "trainjob" else pod["spec"]["containers"][0]["env"]
+        env = {e["name"]: e for e in given}
         assert env["AI_STORAGE_DATA_SLICE"]["valueFrom"]["fieldRef"]["fieldPath"] == index
     assert validate_custom_resource(rendered_job) == []
 
@@ -206,8 +208,8 @@ def test_each_replica_sees_only_its_slice_of_the_dataset(kind, job, index):
             "job.volumes[0].hostPath",
             "Pod Security restricted",
         ),
-        ({"job": {"kind": "tfjob", "image": IMAGE}}, "job.kind", "training.operator is trainer-v2"),
-        ({**V1, "job": {"kind": "trainjob"}}, "job.kind", "training.operator is training-operator-v1"),
+        ({"job": {"kind": "tfjob", "image": IMAGE}}, "job.kind", "expected one of trainjob, volcano"),
+        ({**V1, "job": {"kind": "trainjob"}}, "job.kind", "expected one of pytorchjob, tfjob, volcano"),
         (
             {**V1, "job": {"kind": "pytorchjob", "image": IMAGE, "tasks": [{"name": "chief"}]}},
             "job.tasks",
@@ -225,7 +227,17 @@ def test_each_replica_sees_only_its_slice_of_the_dataset(kind, job, index):
                 "job": {"volumes": [{"name": "w", "mountPath": "/w", "image": IMAGE}]},
             },
             "job.volumes",
-            "1.33 or newer",
+            "1.33+ with workspace.imageVolumes: true",
+        ),
+        (
+            {"job": {"volumes": [{"name": "w", "mountPath": "/w", "image": IMAGE}]}},
+            "job.volumes",
+            "the ImageVolume gate",
+        ),
+        (
+            {"job": {"kind": "volcano", "image": IMAGE, "numNodes": 2, "plugins": ["ssh"]}},
+            "job.plugins",
+            "expected svc",
         ),
         ({"job": {"gpuTolerations": [{"operator": "Equal"}]}}, "job.gpuTolerations[0].key", "expected a key"),
         ({"dataset": {"source": "claim", "tier": "hot"}}, "dataset.tier", "expected warm or cold"),
@@ -241,3 +253,91 @@ def test_bad_kinds_tasks_volumes_and_slices_are_refused_in_one_line_naming_the_k
 def test_the_v1_kinds_run_where_the_platform_installs_the_v1_operator():
     for kind in ("pytorchjob", "tfjob", "volcano"):
         assert load_team_settings({**V1, "job": {"kind": kind, "image": IMAGE}}).job.kind == kind
+
+
+# ------------------------------------------------------ gangs, rendezvous, the Trainer's webhook, image volumes
+
+SPEECH = {"cpu": "16", "memory": "64Gi", "gpu": 2}
+"""Queue speech's capability on the dev platform (stacks/dev.yaml)."""
+DESIGN_TASKS = [
+    {"name": "master", "replicas": 1, "resources": {"cpu": "4", "memory": "16Gi"}},
+    {"name": "worker", "replicas": 2, "resources": GPU},
+]
+
+
+def test_a_gang_larger_than_its_queue_is_refused_with_both_numbers():
+    config = {
+        "workspace": {"queueCapability": SPEECH},
+        "job": {"kind": "volcano", "image": IMAGE, "tasks": DESIGN_TASKS},
+    }
+    with pytest.raises(SettingsError) as caught:
+        load_team_settings(config)
+    (line,) = [line for line in str(caught.value).splitlines() if line.startswith("  - job:")]
+    assert "capability (cpu 16, memory 64Gi)" in line and "ask cpu 20, memory 80Gi" in line and "Hint:" in line
+
+
+def test_a_gang_counts_only_its_first_min_available_pods_as_volcano_does():
+    tasks = DESIGN_TASKS
+    job = {"kind": "volcano", "image": IMAGE, "tasks": tasks, "minAvailable": 2}
+    settings = load_team_settings({"workspace": {"queueCapability": SPEECH}, "job": job})
+    assert settings.job.gang() == {"cpu": 12.0, "memory": 48 * 2**30, "gpu": 1.0}  # the master and one worker
+    assert load_team_settings({"job": {**job, "minAvailable": None}}).job.gang()["cpu"] == 20.0  # unchecked: no cap
+
+
+def test_a_single_task_volcano_job_tells_torchrun_the_master_and_each_pods_rank():
+    spec = volcano_job(num_nodes=2, command=["torchrun"])["spec"]
+    env = {e["name"]: e for e in spec["tasks"][0]["template"]["spec"]["containers"][0]["env"]}
+    assert env["PET_MASTER_ADDR"]["value"] == env["MASTER_ADDR"]["value"] == "train-worker-0.train"
+    assert env["PET_NNODES"]["value"] == "2" and env["PET_MASTER_PORT"]["value"] == "23456"
+    assert env["PET_NODE_RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.annotations['volcano.sh/task-index']"
+    tasks = volcano_job(tasks=[{"name": "master"}, {"name": "worker", "replicas": 2}])["spec"]["tasks"]
+    for task in tasks:  # several tasks: the master's address for env://, no node rank a task index could give
+        names = {e["name"] for e in task["template"]["spec"]["containers"][0]["env"]}
+        assert {"MASTER_ADDR", "PET_MASTER_ADDR"} <= names and "PET_NODE_RANK" not in names
+    assert "PET_MASTER_ADDR" not in str(volcano_job(num_nodes=1)["spec"])
+
+
+def test_a_trainjob_puts_the_node_containers_env_in_trainer_env_never_in_its_patch():
+    job = JobSettings(num_nodes=2, data_slices=2)
+    spec = train_job_spec(job, PodContext("vision", 10001, "data", "ckpt", training.metrics_dir()))
+    (replicated,) = spec["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    assert "env" not in replicated["template"]["spec"]["template"]["spec"]["containers"][0]
+    assert {e["name"] for e in spec["trainer"]["env"]} >= {"AI_STORAGE_DATA_SLICE", "PROMETHEUS_MULTIPROC_DIR"}
+
+
+def test_what_the_trainer_webhook_refuses_is_named_at_render(monkeypatch):
+    from components import job_kinds
+
+    original = job_kinds.train_job_spec
+
+    def with_env_in_the_patch(job: JobSettings, where: PodContext) -> dict:
+        spec = original(job, where)
+        replicated = spec["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+        replicated["template"]["spec"]["template"]["spec"]["containers"][0]["env"] = spec["trainer"].pop("env")
+        spec["trainer"]["env"] = [{"name": "PET_NODE_RANK", "value": "0"}]
+        return spec
+
+    monkeypatch.setattr("components.team.train_job_spec", with_env_in_the_patch)
+    with pytest.raises(SettingsError) as caught:
+        load_team_settings({"job": {"dataSlices": 2, "numNodes": 2}})
+    lines = [line for line in str(caught.value).splitlines() if line.startswith("  - job:")]
+    assert any("env on the node container" in line for line in lines)
+    assert any("reserved PET_NODE_RANK" in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("workspace", "accepted"),
+    [
+        ({"imageVolumes": True}, True),
+        ({"kubernetesVersion": "1.35"}, True),
+        ({}, False),
+        ({"kubernetesVersion": "1.34"}, False),
+    ],
+)
+def test_image_volumes_need_a_cluster_that_keeps_them(workspace, accepted):
+    config = {"workspace": workspace, "job": {"volumes": [{"name": "w", "mountPath": "/w", "image": IMAGE}]}}
+    if accepted:
+        assert load_team_settings(config).job.volumes
+    else:
+        with pytest.raises(SettingsError, match=r"job\.volumes: expected Kubernetes 1\.35"):
+            load_team_settings(config)

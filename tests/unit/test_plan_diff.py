@@ -353,6 +353,18 @@ def test_cli_renders_a_git_ref_and_reports_a_ref_that_does_not_exist(tmp_path, c
     assert exited.value.code == 2 and "argument base:" in capsys.readouterr().err
 
 
+def test_a_stack_neither_side_has_is_named_with_where_the_diff_looked(tmp_path, capsys):
+    (tmp_path / "side" / "dev").mkdir(parents=True)
+    (tmp_path / "side" / "dev" / "plan.json").write_text('{"stack": "dev", "resources": []}')
+    side = str(tmp_path / "side")
+    assert main(["diff", side, side, "--stack", "nosuchstack"]) == 2
+    err = capsys.readouterr().err
+    assert f"no stack nosuchstack in render folder {side}; stacks there: dev" in err
+    assert "rendered on both sides" not in err
+    with pytest.raises(diff_sources.RenderError, match="no stack nosuchstack in git ref HEAD; stacks there: dev, prod"):
+        diff_sources.render_ref(ROOT, "HEAD", tmp_path / "base", ["nosuchstack"])
+
+
 def test_review_doc_lists_every_replace_rule_the_diff_applies():
     review = (ROOT / "docs" / "review.md").read_text()
     assert diff_rules.FORCE_NEW_SOURCE in review and diff_rules.STORAGE_VALIDATION in review

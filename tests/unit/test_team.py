@@ -158,13 +158,23 @@ def pod_of(result: render.Rendering, stack: str) -> dict:
     return task["template"]
 
 
+def container_of(result: render.Rendering, stack: str) -> dict:
+    """The training container as it runs: a TrainJob's patched node container gets ``spec.trainer.env`` from the
+    Trainer (``Torch.EnforceMLPolicy`` upserts it, plugins/torch/torch.go at kubeflow/trainer v2.3.0)."""
+    (container,) = pod_of(result, stack)["spec"]["containers"]
+    if stack == "dev":
+        trainer = by_name(result, "TrainJob", "resnet50")["spec"].get("trainer", {})
+        assert "env" not in container  # the Trainer's webhook refuses env in a patch of the node container
+        container = {**container, "env": trainer.get("env", [])}
+    return container
+
+
 @pytest.mark.parametrize(("stack", "job"), [("dev", "resnet50"), ("dev-volcano", "conformer")])
 def test_a_landing_volume_on_the_hot_tier_is_mounted_and_named_to_the_library(render_team, stack, job):
     result, _ = render_team(
         stack, checkpoint={"landing": {"enabled": True, "size": "300Gi"}}, workspace={"tierPrefix": "ai-"}
     )
-    pod = pod_of(result, stack)
-    (container,) = pod["spec"]["containers"]
+    pod, container = pod_of(result, stack), container_of(result, stack)
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
     template = volumes["checkpoint-landing"]["ephemeral"]["volumeClaimTemplate"]
     assert template["spec"] == {
@@ -174,7 +184,7 @@ def test_a_landing_volume_on_the_hot_tier_is_mounted_and_named_to_the_library(re
     }
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     assert mounts["/checkpoint-landing"] == "checkpoint-landing" and mounts["/checkpoints"] == "checkpoints"
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["AI_STORAGE_CHECKPOINT_LOCAL_DIR"] == "/checkpoint-landing"
     assert env["AI_STORAGE_CHECKPOINT_DIR"] == f"/checkpoints/{job}"
     for obj in [o for objs in result.manifests.values() for o in objs]:
@@ -184,8 +194,7 @@ def test_a_landing_volume_on_the_hot_tier_is_mounted_and_named_to_the_library(re
 @pytest.mark.parametrize("stack", ["dev", "dev-volcano"])
 def test_without_the_landing_volume_the_pod_has_neither_the_volume_nor_the_variables(render_team, stack):
     result, _ = render_team(stack)
-    pod = pod_of(result, stack)
-    (container,) = pod["spec"]["containers"]
+    pod, container = pod_of(result, stack), container_of(result, stack)
     assert "checkpoint-landing" not in [v["name"] for v in pod["spec"]["volumes"]]
     assert "/checkpoint-landing" not in [m["mountPath"] for m in container["volumeMounts"]]
     assert not any(e["name"].startswith("AI_STORAGE_CHECKPOINT") for e in container.get("env", []))
@@ -197,8 +206,7 @@ def test_the_training_container_gets_a_writable_multiprocess_metrics_dir(render_
     # The TrainJob's patch carries it too (the runtime's volume of the same name merges with it): pods keep it on
     # a runtime of their own.
     result, _ = render_team(stack, checkpoint={"landing": {"enabled": landing}})
-    pod = pod_of(result, stack)
-    (container,) = pod["spec"]["containers"]
+    pod, container = pod_of(result, stack), container_of(result, stack)
     assert multiproc_dir(pod["spec"], container) == {"sizeLimit": "64Mi"}
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True  # restricted: written as the team's user
     for obj in [o for objs in result.manifests.values() for o in objs]:
@@ -354,9 +362,9 @@ def test_the_design_master_alone_mounts_the_checkpoints_and_each_worker_reads_it
 
 def test_the_v1_kinds_are_refused_on_a_platform_without_the_v1_operator(render_team):
     # The example imports the installed package (ai_storage_platform): its own SettingsError class.
-    expected = r"job\.kind: expected trainjob or volcano: the platform's training\.operator"
+    expected = r"job\.kind: expected one of trainjob, volcano \(workspace\.jobKinds, the platform's output jobKinds\)"
     with pytest.raises(Exception, match=expected) as refused:
-        render_team("dev-pytorchjob", workspace={"trainingOperator": "trainer-v2"})
+        render_team("dev-pytorchjob", workspace={"jobKinds": ["trainjob", "volcano"]})
     assert type(refused.value).__name__ == "SettingsError"
 
 
@@ -389,7 +397,7 @@ def test_the_pods_name_the_tier_they_read_for_the_read_alerts(render_team, stack
             "job.volumes[0].image",
         ),
         ({"kind": "volcano", "numNodes": 2, "dataSlices": 3}, "job.dataSlices"),
-        ({"kind": "tfjob"}, "job.kind"),
+        ({"kind": "volcano", "numNodes": 2, "plugins": ["ssh"]}, "job.plugins"),
     ],
 )
 def test_the_cli_refuses_each_new_bad_job_value_in_one_line_with_exit_2(tmp_path, capsys, as_installed, job, key):

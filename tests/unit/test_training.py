@@ -1,4 +1,5 @@
-"""Training: Trainer v2 without its runtime installer hook, runtimes gang-scheduled by Volcano, v1 fallback."""
+"""Training: Trainer v2 without its runtime installer hook, runtimes gang-scheduled by Volcano, the v1 operator beside
+it."""
 
 from pathlib import Path
 
@@ -8,7 +9,15 @@ import yaml
 from components import training
 from components.common import versions
 from components.settings import SettingsError, load_settings
-from components.training import GANG_FLAG, Training, TrainingArgs, TrainingSettings, v1_operator_transform
+from components.training import Training, TrainingArgs, TrainingSettings
+from components.training_operator_v1 import (
+    GANG_FLAG,
+    V1_CONFIG,
+    V1_CONFIG_DIR,
+    V1_INIT_TEMPLATE,
+    v1_init_container_template,
+    v1_operator_transform,
+)
 from components.volcano import Volcano, VolcanoArgs, VolcanoSettings
 from tests.conformance.upstream import UPSTREAM, validate_kubernetes_object
 from tests.conftest import STACKS, by_name, objects
@@ -136,12 +145,40 @@ def test_a_runtime_that_stages_and_lands_checkpoints_keeps_the_metrics_dir(build
 
 
 def test_v1_operator_is_the_pinned_overlay_after_volcano(build):
-    result, _ = build(lambda: training_on_volcano(operator="training-operator-v1", runtimes=[]))
+    result, _ = build(lambda: training_on_volcano(operators=["training-operator-v1"], runtimes=[]))
     assert not objects(result, "ClusterTrainingRuntime")
     assert [c["chart"] for c in result.charts] == [versions.VOLCANO.chart]  # no kubeflow-trainer release
     directory = next(r for r in result.plan["resources"] if r["name"] == "training-training-operator-v1")
     assert directory["inputs"]["directory"] == versions.TRAINING_OPERATOR_V1_KUSTOMIZE
     assert "volcano-release" in directory["dependsOn"]
+    config = by_name(result, "ConfigMap", V1_CONFIG)
+    assert config["metadata"]["namespace"] == "kubeflow" and V1_INIT_TEMPLATE in config["data"]
+    assert "training-training-operator-v1" in next(
+        r["dependsOn"] for r in result.plan["resources"] if r["name"] == "training-training-operator-v1-config"
+    )
+
+
+def test_both_operators_install_side_by_side(build):
+    result, _ = build(lambda: training_on_volcano(operators=["trainer-v2", "training-operator-v1"]))
+    assert objects(result, "ClusterTrainingRuntime")
+    assert versions.KUBEFLOW_TRAINER.chart in [c["chart"] for c in result.charts]
+    assert any(r["name"] == "training-training-operator-v1" for r in result.plan["resources"])
+    trainer_ns = {c["namespace"] for c in result.charts if c["chart"] == versions.KUBEFLOW_TRAINER.chart}
+    assert trainer_ns == {"kubeflow-system"} and by_name(result, "ConfigMap", V1_CONFIG)["metadata"]["namespace"] == (
+        "kubeflow"
+    )
+
+
+@pytest.mark.parametrize("operators", [[], ["trainer-v2", "trainer-v2"]])
+def test_operators_must_be_one_or_two_distinct(operators):
+    with pytest.raises(SettingsError) as err:
+        load_settings("dev", {"training": {"operators": operators}})
+    assert "training.operators: expected one or two distinct operators" in str(err.value)
+
+
+def test_every_shipped_profile_runs_both_operators():
+    for stack in ("dev", "staging", "prod"):
+        assert load_settings(stack, {}).training.operators == ["trainer-v2", "training-operator-v1"], stack
 
 
 def test_the_platform_wires_volcano_fluid_affinity_and_the_checkpoint_tier_into_training(render_stack):
@@ -167,10 +204,26 @@ def test_v1_transform_pins_the_image_and_adds_gang_scheduling_to_the_upstream_de
     out = v1_operator_transform(upstream)
     container = out["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == versions.TRAINING_OPERATOR_V1_IMAGE
-    assert container["command"] == ["/manager"] and container["args"] == [GANG_FLAG]
-    assert v1_operator_transform(out)["spec"]["template"]["spec"]["containers"][0]["args"] == [GANG_FLAG]
+    flags = [
+        GANG_FLAG,
+        f"--pytorch-init-container-image={versions.TRAINING_OPERATOR_V1_INIT_IMAGE}",
+        f"--pytorch-init-container-template-file={V1_CONFIG_DIR}/{V1_INIT_TEMPLATE}",
+    ]
+    assert container["command"] == ["/manager"] and container["args"] == flags
+    assert v1_operator_transform(out)["spec"]["template"]["spec"]["containers"][0]["args"] == flags
+    assert {"name": V1_CONFIG, "mountPath": V1_CONFIG_DIR, "readOnly": True} in container["volumeMounts"]
+    assert {"name": V1_CONFIG, "configMap": {"name": V1_CONFIG}} in out["spec"]["template"]["spec"]["volumes"]
     assert validate_kubernetes_object(out, "1.33") == []
     assert v1_operator_transform({"kind": "Service", "metadata": {"name": "training-operator"}}) is None
+
+
+def test_the_v1_init_container_template_is_upstreams_with_a_restricted_security_context():
+    (container,) = yaml.safe_load(v1_init_container_template())
+    assert container["name"] == "init-pytorch" and container["image"] == "{{.InitContainerImage}}"
+    assert "nslookup {{.MasterAddr}}" in container["command"][2] and "seq {{.MaxTries}}" in container["command"][2]
+    security = container["securityContext"]
+    assert security["runAsNonRoot"] and security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]} and security["seccompProfile"] == {"type": "RuntimeDefault"}
 
 
 def test_v1_transform_labels_the_overlay_namespace_for_pod_security():

@@ -1,0 +1,246 @@
+"""Every platform stack and every team stack applied to a real kube-apiserver v1.33.13 (server-side apply, dry
+run) after the pinned CRDs and Volcano's own ValidatingAdmissionPolicies: 0 objects rejected, 0 warnings. The
+pods each operator would build from a team's job (``operators``) are created (dry run) in the team's namespace
+under its Pod Security level: 0 rejected. Multi-node jobs: every pod's environment, run through torchrun's own
+argument parsing, meets at one endpoint with distinct ranks."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterator
+from typing import Any
+from unittest import mock
+
+import pytest
+import yaml
+
+from components.common import versions
+from components.toolchain import render
+from components.training_operator_v1 import V1_CONFIG
+from tests.cluster import operators
+from tests.cluster.api_server import ApiServer, Outcome
+from tests.conftest import STACKS, TEAM_EXAMPLE
+
+TEAM_STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in TEAM_EXAMPLE.glob("Pulumi.*.yaml"))
+UPSTREAM_INIT_TEMPLATE = """
+- name: init-pytorch
+  image: {{.InitContainerImage}}
+  imagePullPolicy: IfNotPresent
+  resources:
+    limits:
+      cpu: 100m
+      memory: 20Mi
+    requests:
+      cpu: 50m
+      memory: 10Mi
+  command: ['sh', '-c', 'err=1;for i in $(seq {{.MaxTries}}); do if nslookup {{.MasterAddr}}; then err=0 && break; \
+fi;echo waiting for master; sleep 2; done; exit $err']"""
+"""``initContainerTemplate`` of pkg/controller.v1/pytorch/initcontainer.go at kubeflow/trainer v1.9.4: what the
+operator uses when no template file is mounted."""
+
+
+def everything(result: render.Rendering) -> list[dict[str, Any]]:
+    return [obj for objs in result.manifests.values() for obj in objs]
+
+
+@functools.cache
+def platform(stack: str) -> render.Rendering:
+    return render.rendering(stack, render.run(stack))
+
+
+def team(stack: str) -> render.Rendering:
+    return render.rendering(stack, render.run(stack, TEAM_EXAMPLE / f"Pulumi.{stack}.yaml", TEAM_EXAMPLE))
+
+
+def refused(outcomes: list[Outcome]) -> list[str]:
+    """Each object the server rejected or warned about, with what it said."""
+    return [f"{o.label}: {o.status} {o.message} {o.warnings}" for o in outcomes if not o.accepted or o.warnings]
+
+
+def namespaces_of(server: ApiServer, objects: list[dict[str, Any]]) -> None:
+    """The stack's Namespaces as rendered, and a bare one for each namespace a chart or overlay creates; in each the
+    ``default`` ServiceAccount the controller manager would add (pods are admitted only with it)."""
+    for obj in objects:
+        if obj["kind"] == "Namespace":
+            assert server.apply(obj, dry_run=False).accepted
+    made = {o["metadata"]["name"] for o in objects if o["kind"] == "Namespace"}
+    for name in sorted({o["metadata"].get("namespace") for o in objects} - made - {None}):
+        server.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}, dry_run=False)
+    for name in [*sorted(made | {o["metadata"].get("namespace") for o in objects} - {None}), "default"]:
+        account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": name}}
+        server.apply(account, dry_run=False)
+
+
+@pytest.fixture
+def dev_platform(cluster: ApiServer, as_installed: None) -> Iterator[render.Rendering]:
+    """The dev platform stack created for real (team namespaces with their Pod Security labels and LimitRanges,
+    the runtimes, the v1 operator's template): what the team example's stacks deploy into."""
+    result = platform("dev")
+    namespaces_of(cluster, everything(result))
+    assert refused(cluster.apply_all(everything(result), dry_run=False)) == []
+    yield result
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_object_of_every_platform_stack_is_accepted_without_a_warning(cluster, stack):
+    objects = everything(platform(stack))
+    namespaces_of(cluster, objects)
+    assert len(objects) > 20
+    assert refused(cluster.apply_all(objects)) == []
+
+
+@pytest.mark.parametrize("stack", TEAM_STACKS)
+def test_every_object_of_every_team_stack_is_accepted_without_a_warning(cluster, dev_platform, stack):
+    objects = everything(team(stack))
+    assert {o["kind"] for o in objects} & {"TrainJob", "PyTorchJob", "TFJob", "Job"}
+    assert refused(cluster.apply_all(objects)) == []
+
+
+def the_job(result: render.Rendering) -> dict[str, Any]:
+    (job,) = [o for o in everything(result) if o["kind"] in ("TrainJob", "PyTorchJob", "TFJob", "Job")]
+    return job
+
+
+def pods_of(job: dict[str, Any], platform_result: render.Rendering, init_template: str | None = None) -> list[dict]:
+    """The pods the job's operator builds (``operators``) on the dev platform."""
+    if job["kind"] == "TrainJob":
+        runtime = next(
+            o
+            for o in everything(platform_result)
+            if o["kind"] == "ClusterTrainingRuntime" and o["metadata"]["name"] == job["spec"]["runtimeRef"]["name"]
+        )
+        return operators.trainer_pods(job, runtime)
+    if job["kind"] in ("PyTorchJob", "TFJob"):
+        if init_template is None:
+            config = next(o for o in everything(platform_result) if o["metadata"]["name"] == V1_CONFIG)
+            init_template = config["data"]["initContainer.yaml"]
+        return operators.v1_pods(job, init_template, versions.TRAINING_OPERATOR_V1_INIT_IMAGE)
+    return operators.volcano_pods(job)
+
+
+@pytest.mark.parametrize("stack", TEAM_STACKS)
+def test_every_pod_an_operator_builds_from_a_team_job_is_admitted_under_the_namespaces_pod_security(
+    cluster, dev_platform, stack
+):
+    job = the_job(team(stack))
+    pods = pods_of(job, dev_platform)
+    assert len(pods) >= 1
+    namespace = job["metadata"]["namespace"]
+    labels = next(
+        o for o in everything(dev_platform) if o["kind"] == "Namespace" and o["metadata"]["name"] == namespace
+    )
+    assert labels["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert refused([cluster.create(pod) for pod in pods]) == []
+
+
+def test_the_upstream_init_container_template_would_be_refused_in_a_team_namespace(cluster, dev_platform):
+    """Why the platform mounts its own template: upstream's init-pytorch has no securityContext."""
+    job = the_job(team("dev-pytorchjob"))
+    pods = pods_of(job, dev_platform, init_template=UPSTREAM_INIT_TEMPLATE)
+    workers = [p for p in pods if p["metadata"]["labels"]["training.kubeflow.org/replica-type"] == "worker"]
+    assert workers and all(p["spec"]["initContainers"][0]["name"] == "init-pytorch" for p in workers)
+    outcomes = [cluster.create(pod) for pod in workers]
+    assert all(
+        o.status == 403 and "violates PodSecurity" in o.message and "init-pytorch" in o.message for o in outcomes
+    )
+
+
+def test_a_trainjob_patch_that_sets_env_on_the_node_container_is_what_the_trainer_webhook_refuses(dev_platform):
+    from components.job_kinds import trainjob_webhook_errors
+
+    job = the_job(team("dev"))
+    runtime = next(o for o in everything(dev_platform) if o["kind"] == "ClusterTrainingRuntime")
+    containers = {
+        j["name"]: {c["name"] for c in j["template"]["spec"]["template"]["spec"].get("initContainers", [])}
+        | {c["name"] for c in j["template"]["spec"]["template"]["spec"]["containers"]}
+        for j in runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    }
+    assert trainjob_webhook_errors(job["spec"], containers) == []
+    patched = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+    patched["template"]["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "A", "value": "1"}]
+    assert trainjob_webhook_errors(job["spec"], containers) == ["runtimePatches: env on the node container"]
+
+
+# ---------------------------------------------------------------- image volumes and the feature gate
+
+
+def pod_with_image_volume(namespace: str = "default") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "reads-weights", "namespace": namespace},
+        "spec": {
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "ghcr.io/example/trainer:1.0.0",
+                    "volumeMounts": [{"name": "w", "mountPath": "/w", "readOnly": True}],
+                }
+            ],
+            "volumes": [
+                {"name": "w", "image": {"reference": "ghcr.io/example/weights:1.0", "pullPolicy": "IfNotPresent"}}
+            ],
+        },
+    }
+
+
+def test_without_the_image_volume_gate_the_api_server_silently_drops_the_volume_and_its_mount(cluster, dev_platform):
+    outcome = cluster.create(pod_with_image_volume())
+    assert outcome.accepted and outcome.warnings == []
+    spec = outcome.body["spec"]
+    assert [v["name"] for v in spec.get("volumes", [])] == [] or all("image" not in v for v in spec["volumes"])
+    assert all(m["mountPath"] != "/w" for m in spec["containers"][0].get("volumeMounts", []))
+
+
+def test_with_the_image_volume_gate_the_api_server_keeps_it(image_volume_cluster):
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": "default"}}
+    image_volume_cluster.apply(account, dry_run=False)
+    outcome = image_volume_cluster.create(pod_with_image_volume())
+    assert outcome.accepted
+    assert any(v.get("image") for v in outcome.body["spec"]["volumes"])
+
+
+def test_our_refusal_comes_before_the_cluster_drops_an_image_volume(as_installed):
+    from components.settings import SettingsError
+    from components.team import load_team_settings
+
+    config = yaml.safe_load((TEAM_EXAMPLE / "Pulumi.dev-pytorchjob.yaml").read_text())["config"]
+    ours = {key.split(":", 1)[1]: value for key, value in config.items()}
+    assert load_team_settings(ours).workspace.image_volumes is True
+    ours["workspace"] = {**ours["workspace"], "imageVolumes": False}
+    with pytest.raises(SettingsError, match=r"job\.volumes: expected Kubernetes 1\.35\+"):
+        load_team_settings(ours)
+
+
+# ---------------------------------------------------------------- rendezvous
+
+
+def torchrun_view(pod: dict[str, Any], hosts: dict[str, str]) -> tuple[str, int, int]:
+    """(endpoint, node rank, nodes) torchrun computes in this pod, from its command and resolved environment."""
+    from torch.distributed.run import config_from_args, get_args_parser
+
+    container = pod["spec"]["containers"][0]
+    argv = [*container.get("command", []), *container.get("args", [])]
+    assert argv[0] == "torchrun", argv
+    env = operators.resolved_env(pod, container, hosts)
+    with mock.patch.dict(os.environ, env, clear=True):
+        config, _, _ = config_from_args(get_args_parser().parse_args(argv[1:]))
+    return config.rdzv_endpoint, config.rdzv_configs["rank"], config.max_nodes
+
+
+@pytest.mark.parametrize("stack", [s for s in TEAM_STACKS if s in ("dev", "dev-pytorchjob", "dev-volcano")])
+def test_every_node_of_a_multi_node_job_meets_at_one_endpoint_with_its_own_rank(dev_platform, stack):
+    job = the_job(team(stack))
+    pods = pods_of(job, dev_platform)
+    hosts = operators.hosts_of(job) if job["kind"] == "Job" else {}
+    views = [torchrun_view(pod, hosts) for pod in pods]
+    endpoints, ranks, nodes = {v[0] for v in views}, sorted(v[1] for v in views), {v[2] for v in views}
+    assert len(pods) == 2 and nodes == {2}
+    assert len(endpoints) == 1 and not next(iter(endpoints)).startswith(("127.0.0.1", "localhost")), endpoints
+    assert ranks == [0, 1]
+    (master,) = endpoints
+    host = master.rsplit(":", 1)[0]
+    lead = next(p for p, v in zip(pods, views, strict=True) if v[1] == 0)
+    names = {lead["metadata"]["name"], f"{lead['spec'].get('hostname')}.{lead['spec'].get('subdomain')}"}
+    assert host in names  # the address is rank 0's own name (a Service of that name, or hostname.subdomain)
