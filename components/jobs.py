@@ -91,7 +91,7 @@ class JobSettings(Section):
     """Create the job."""
     kind: Kind = "trainjob"
     """`trainjob` (Trainer v2 TrainJob on a platform runtime), `pytorchjob` or `tfjob` (Training Operator v1, see
-    `workspace.trainingOperator`), or `volcano` (a Volcano Job of named tasks)."""
+    `workspace.jobKinds`), or `volcano` (a Volcano Job of named tasks)."""
     name: str = Field("train", pattern=r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
     """Job name (an RFC 1035 label: starts with a letter)."""
     runtime: DnsLabel = "torch-distributed"
