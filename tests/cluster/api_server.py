@@ -103,7 +103,8 @@ class ApiServer:
         except urllib.error.HTTPError as error:
             status, headers, text = error.code, error.headers, error.read()
         payload = json.loads(text) if text else {}
-        warnings = [w.split(" ", 2)[-1].strip('"') for w in headers.get_all("Warning") or []]
+        # RFC 7234 warn-value: 299 - "text", the text's quotes escaped
+        warnings = [w.split(" ", 2)[-1].strip('"').replace('\\"', '"') for w in headers.get_all("Warning") or []]
         message = payload.get("message", "") if status >= 300 else ""
         return Outcome(path, status, message, warnings, payload)
 

@@ -244,3 +244,27 @@ def test_every_node_of_a_multi_node_job_meets_at_one_endpoint_with_its_own_rank(
     lead = next(p for p, v in zip(pods, views, strict=True) if v[1] == 0)
     names = {lead["metadata"]["name"], f"{lead['spec'].get('hostname')}.{lead['spec'].get('subdomain')}"}
     assert host in names  # the address is rank 0's own name (a Service of that name, or hostname.subdomain)
+
+
+def test_the_v1_operator_deployment_as_installed_is_accepted_beside_its_config(cluster, dev_platform):
+    """The overlay's Namespace and Deployment (offline the kustomize directory renders nothing) as the transform
+    installs them, with the ConfigMap the Deployment mounts: accepted; the only warnings are Pod Security's
+    `restricted` audit level, which the namespace warns at and the upstream Deployment does not meet (it enforces
+    baseline, which the Deployment does)."""
+    from components.training_operator_v1 import v1_operator_transform
+    from tests.conformance.upstream import UPSTREAM
+
+    deployment = yaml.safe_load((UPSTREAM / "kubeflow-training-operator-v1" / "base" / "deployment.yaml").read_text())
+    installed = v1_operator_transform({**deployment, "metadata": {**deployment["metadata"], "namespace": "kubeflow"}})
+    assert installed is not None
+    config = next(o for o in everything(dev_platform) if o["metadata"]["name"] == V1_CONFIG)
+    assert config["metadata"]["namespace"] == installed["metadata"]["namespace"] == "kubeflow"
+    namespace = v1_operator_transform(
+        yaml.safe_load(
+            (UPSTREAM / "kubeflow-training-operator-v1" / "overlays" / "standalone" / "namespace.yaml").read_text()
+        )
+    )
+    assert namespace is not None and cluster.apply(namespace, dry_run=False).accepted
+    outcomes = [cluster.apply(config), cluster.apply(installed)]
+    assert all(o.accepted for o in outcomes), refused(outcomes)
+    assert all('violate PodSecurity "restricted' in w for o in outcomes for w in o.warnings), refused(outcomes)
