@@ -63,6 +63,25 @@ def positions(counts: list[int], shard_ids: list[int], buffer: int, rng: random.
     return out
 
 
+def where_in_the_job() -> tuple[int, int]:
+    """This process's rank and the world size: torch.distributed's when it is initialized, else torchrun's
+    ``RANK`` and ``WORLD_SIZE``, else 0 of 1. Called where the dataset is made (the main process): in a DataLoader
+    worker started by forkserver or spawn, torch.distributed is not initialized and every worker would think it is
+    rank 0 of 1, each rank then reading the whole dataset."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    world = os.environ.get("WORLD_SIZE", "1")
+    rank = os.environ.get("RANK")
+    if not world.isdigit() or int(world) < 1:
+        raise ValueError(f"WORLD_SIZE: expected a positive integer; got {world!r}")
+    if int(world) > 1 and (rank is None or not rank.isdigit()):
+        raise ValueError(
+            f"rank: WORLD_SIZE says {world} ranks but this process has no rank (RANK is {rank!r} and torch.distributed "
+            "is not initialized); make the dataset after init_process_group, or pass rank= and world_size="
+        )
+    return (int(rank) if rank is not None and rank.isdigit() else 0), int(world)
+
+
 class ShardDataset(IterableDataset):
     """The samples (WebDataset dicts: ``__key__``, ``__url__`` and one ``bytes`` entry per extension, passed
     through ``transform`` when given) of the dataset version in ``directory`` (default
@@ -93,12 +112,14 @@ class ShardDataset(IterableDataset):
         self.manifest = mf.load(self.directory, version=version, sha256=manifest_sha256)
         self.seed, self.shuffle_buffer, self.readahead, self.transform = seed, shuffle_buffer, readahead, transform
         if (rank is None) != (world_size is None):
-            raise ValueError("rank, world_size: give both or neither (neither: torch.distributed's, or 0 of 1)")
-        if rank is not None and world_size is not None and not 0 <= rank < world_size:
+            raise ValueError("rank, world_size: give both or neither (neither: torch.distributed's, or torchrun's)")
+        if rank is None or world_size is None:
+            rank, world_size = where_in_the_job()
+        if not 0 <= rank < world_size:
             raise ValueError(f"rank: expected 0 <= rank < world_size ({world_size}); got {rank}")
         if not isinstance(even, bool):
             raise ValueError(f"even: expected True (equal shares per rank and worker) or False; got {even!r}")
-        self.rank, self.world_size, self.even = rank, world_size, even
+        self.rank, self.world_size, self.even = rank, world_size, even  # fixed here: workers never look them up
         self.epoch = 0
         self._yielded = 0
         self._resume: dict[str, int] | None = None
@@ -115,14 +136,8 @@ class ShardDataset(IterableDataset):
         self._resume = {"epoch": int(state["epoch"]), "yielded": int(state["yielded"])}
 
     def _split(self) -> tuple[int, int, int, int]:
-        if self.rank is not None and self.world_size is not None:
-            rank, world = self.rank, self.world_size
-        elif dist.is_available() and dist.is_initialized():
-            rank, world = dist.get_rank(), dist.get_world_size()
-        else:
-            rank, world = 0, 1
         info = get_worker_info()
-        return rank, world, (info.id if info else 0), (info.num_workers if info else 1)
+        return self.rank, self.world_size, (info.id if info else 0), (info.num_workers if info else 1)
 
     def order(self, epoch: int) -> tuple[list[int], array]:
         """This worker's shards (indices into the manifest) and sample positions for ``epoch`` (cut to the even

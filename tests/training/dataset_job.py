@@ -41,13 +41,19 @@ def main() -> int:
     ap.add_argument("--state")
     ap.add_argument("--after", type=int, default=3)
     ap.add_argument("--allreduce", action="store_true")
+    ap.add_argument("--context", choices=["fork", "forkserver", "spawn"], help="the DataLoader workers' start method")
+    ap.add_argument("--no-rank-env", action="store_true", help="drop RANK and WORLD_SIZE once the group is up")
     args = ap.parse_args()
     distributed = "WORLD_SIZE" in os.environ
     if distributed:
         dist.init_process_group("gloo")
+    if args.no_rank_env:  # as after init_process_group(rank=..., world_size=...): only torch.distributed knows
+        del os.environ["RANK"], os.environ["WORLD_SIZE"]
     dataset = ShardDataset(args.data, seed=args.seed, shuffle_buffer=8)
     dataset.set_epoch(args.epoch)
-    loader = StatefulDataLoader(dataset, batch_size=3, num_workers=2, collate_fn=keys)
+    loader = StatefulDataLoader(
+        dataset, batch_size=3, num_workers=2, collate_fn=keys, multiprocessing_context=args.context
+    )
     if args.mode == "metrics":
         server = metrics.serve(port=0, addr="127.0.0.1")
         list(loader)

@@ -112,6 +112,22 @@ def test_two_ranks_of_two_workers_read_every_sample_once_and_the_seed_fixes_the_
     assert sorted(other[0] + other[1]) == all_keys() and other != first  # the next epoch: another order
 
 
+@pytest.mark.parametrize("context", ["fork", "forkserver", "spawn"])
+def test_each_sample_is_read_by_one_rank_whatever_starts_the_workers(version, context):
+    # forkserver and spawn workers start without torch.distributed: the rank is fixed where the dataset is made.
+    got = finish(ranks("epoch", "--data", str(version), "--seed", "5", "--context", context, "--no-rank-env"))
+    assert sorted(got[0] + got[1]) == all_keys() and not set(got[0]) & set(got[1])
+
+
+def test_a_rank_of_several_that_cannot_say_which_it_is_refuses_to_make_the_dataset(version, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.delenv("RANK", raising=False)
+    with pytest.raises(ValueError, match="rank: WORLD_SIZE says 2 ranks but this process has no rank"):
+        ShardDataset(version)
+    monkeypatch.setenv("RANK", "1")
+    assert (ShardDataset(version).rank, ShardDataset(version).world_size) == (1, 2)
+
+
 def test_a_job_killed_after_saving_its_loader_state_resumes_with_exactly_the_samples_not_yet_yielded(version, tmp_path):
     uninterrupted = finish(ranks("epoch", "--data", str(version), "--seed", "3"))
     state = str(tmp_path / "rank{rank}.pt")
