@@ -9,7 +9,9 @@ returns once the staged copy is complete: nothing the job changes afterwards rea
 ``overlap=True`` the copy runs beside the job's next forward and backward pass instead; :meth:`protect` attaches
 the guard that waits for it before the optimizer's step (and a module's forward) can change a tensor.
 
-At most ``max_in_flight`` saves run at once; a save requested at the limit first waits for the oldest one. The
+At most ``max_in_flight`` saves run at once; a save requested at the limit first waits for the oldest one. With
+more than one, each DCP save in flight runs its collectives on a process group of its own (one per slot, taken in
+turn on every rank): two background saves on one group would interleave their collectives and hang. The
 time the job blocks per request (that wait, the copy, and with ``overlap`` the guard's wait for it) goes to
 ``ai_storage_checkpoint_blocked_seconds``. A step already in flight or committed is refused when it is requested.
 A save that fails in the background is raised to the job as :class:`CheckpointSaveError` (its message starts with
@@ -102,7 +104,8 @@ class AsyncCheckpointer:
         self._lock = threading.Lock()
         self._tracked: list[tuple[int, Future]] = []  # every save whose outcome the job has not been told
         self._settled: weakref.WeakSet[Future] = weakref.WeakSet()  # outcomes already counted (lag, on_saved)
-        self._slots: list[_Slot] = []  # save_dcp's stagers, one per save that may be in flight
+        self._slots: list[_Slot] = []  # save_dcp's stagers and groups, one per save that may be in flight
+        self._dcp_calls = 0
         self._staging: list[tuple[Future, float]] = []  # overlapped staging copies: (done when staged, blocked so far)
         self._guarded = False
         self._closed = False
@@ -145,7 +148,9 @@ class AsyncCheckpointer:
             )
         writer = self.manager.writer(step, metrics=metrics)  # a bad metric is refused before anything starts
         started = self._admit(step)
-        slot = self._free_slot()
+        slot = self._next_slot()
+        if self.max_in_flight > 1:  # saves in flight never share a group: their collectives would interleave
+            async_save_kwargs["process_group"] = slot.group_for(async_save_kwargs.get("process_group"))
         stager = async_save_kwargs.pop("async_stager", None)
         if stager is None:
             if slot.stager is None:
@@ -257,13 +262,18 @@ class AsyncCheckpointer:
                 "(or retire this one first: manager.rollback_to)"
             )
 
-    def _free_slot(self) -> _Slot:
-        """A stager slot whose last save is done (there is one: the in-flight limit was waited for)."""
-        for slot in self._slots:
-            if slot.upload is None or slot.upload.done():
-                return slot
-        self._slots.append(_Slot())
-        return self._slots[-1]
+    def _next_slot(self) -> _Slot:
+        """The slot of this ``save_dcp`` call: slots are taken in turn (call ``n`` takes slot ``n % max_in_flight``),
+        the same on every rank, so each slot's process group carries one save at a time on all ranks alike; the
+        slot's previous save is waited for first."""
+        index = self._dcp_calls % self.max_in_flight
+        self._dcp_calls += 1
+        if index == len(self._slots):
+            self._slots.append(_Slot())
+        slot = self._slots[index]
+        if slot.upload is not None:
+            wait_futures([slot.upload])
+        return slot
 
     def _track(self, step: int, future: Future) -> None:
         with self._lock:
@@ -314,10 +324,24 @@ class AsyncCheckpointer:
 
 @dataclass
 class _Slot:
-    """One in-flight save's DCP stager (made once, reused) and the save that uses it."""
+    """One in-flight save's DCP stager and process group (each made once, reused) and the save that uses it."""
 
     stager: Any = None
     upload: Future | None = None
+    group: Any = None
+
+    def group_for(self, base: Any) -> Any:
+        """This slot's own process group: the members and backend of ``base`` (the caller's ``process_group``, or
+        the default group). Made at the slot's first save, which every rank reaches in the same order
+        (``torch.distributed.new_group`` is collective)."""
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            return base  # one process: no collectives
+        if self.group is None:
+            ranks = dist.get_process_group_ranks(base) if base is not None else None
+            self.group = dist.new_group(ranks=ranks, backend=str(dist.get_backend(base)))
+        return self.group
 
     def close(self) -> None:
         if self.stager is not None:

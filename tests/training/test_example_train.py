@@ -222,6 +222,16 @@ def refusal(tmp_path: Path, data: Path, **env: str) -> subprocess.CompletedProce
     )
 
 
+def test_two_ranks_with_two_saves_in_flight_commit_every_step(tmp_path, data):
+    # Two background DCP saves on one process group interleaved their collectives: the job hung, nothing committed.
+    checkpoints = tmp_path / "checkpoints"
+    ends, _ = train(data, checkpoints, "--steps=8", "--save-every=1", "--max-in-flight=2", "--keep=8", ranks=2)
+    assert {rank: end[0] for rank, end in ends.items()} == {0: 8, 1: 8}
+    assert sorted(p.name for p in checkpoints.iterdir() if not p.name.startswith(".")) == [
+        f"step-{s:08d}" for s in range(1, 9)
+    ]
+
+
 @pytest.mark.parametrize("where", ["empty", "missing"])
 def test_the_example_job_refuses_an_empty_or_missing_dataset(tmp_path, where):
     (tmp_path / "empty").mkdir()
