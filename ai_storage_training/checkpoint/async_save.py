@@ -104,6 +104,7 @@ class AsyncCheckpointer:
         self._lock = threading.Lock()
         self._tracked: list[tuple[int, Future]] = []  # every save whose outcome the job has not been told
         self._settled: weakref.WeakSet[Future] = weakref.WeakSet()  # outcomes already counted (lag, on_saved)
+        self._dcp_saves: weakref.WeakSet[Future] = weakref.WeakSet()  # save_dcp's (a failed one's staging goes)
         self._slots: list[_Slot] = []  # save_dcp's stagers and groups, one per save that may be in flight
         self._dcp_calls = 0
         self._staging: list[tuple[Future, float]] = []  # overlapped staging copies: (done when staged, blocked so far)
@@ -164,6 +165,7 @@ class AsyncCheckpointer:
         else:  # an AsyncSaveResponse: the staging copy may still be running
             upload, staged = response.upload_completion, response.staging_completion
         slot.upload = upload
+        self._dcp_saves.add(upload)
         self._track(step, upload)
         if staged is not None and self.overlap:
             with self._lock:
@@ -282,8 +284,9 @@ class AsyncCheckpointer:
         future.add_done_callback(lambda done: self._finished(step, done))
 
     def _finished(self, step: int, future: Future) -> None:
-        """Settle a done save once (the done callback and _raise_failure both call this): the lag is updated
-        under the lock, so whichever call comes second returns only after it."""
+        """Settle a done save once (the done callback and _raise_failure both call this): the lag is updated and a
+        failed DCP save's staging directory removed under the lock, so whichever call comes second returns only
+        after it."""
         error = future.exception()
         with self._lock:
             if future in self._settled:
@@ -291,6 +294,8 @@ class AsyncCheckpointer:
             self._settled.add(future)
             if error is not None:
                 self.lag.failed(step)  # raised to the job by _raise_failure, which reads the future itself
+                if future in self._dcp_saves:  # DCP gathered every rank's outcome before failing the save: its
+                    self.manager.discard(step)  # staging directory would hold the space the next save needs
             elif self.durable:
                 self.lag.durable(step)
         if error is not None:

@@ -238,6 +238,22 @@ class CheckpointStore:
         finally:
             _unlock(self._lock_path(checkpoint.step), fd)
 
+    def discard(self, step: int) -> bool:
+        """Remove this run's staging directory of ``step`` after its save failed (coordinator only; every rank is
+        done with it once the failure is reported), under the step's lock, so it holds no space and nothing of it
+        is taken for a save in flight; False when a live process holds the step or there is nothing to remove."""
+        staging = self.staging_path(step)
+        if not self.is_coordinator or not staging.exists():
+            return False
+        fd = _lock(self._lock_path(step), shared=False)
+        if fd is None:
+            return False
+        try:
+            shutil.rmtree(staging, ignore_errors=True)
+        finally:
+            _unlock(self._lock_path(step), fd, remove=True)
+        return not staging.exists()
+
     def clean(self, *, saving: int | None = None) -> list[Path]:
         """Remove what crashed writers left (staging directories of other runs, ``step-*`` directories without a
         marker, resume decisions of other runs, lock files nobody holds) for every step no live process holds;

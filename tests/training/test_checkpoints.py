@@ -256,3 +256,18 @@ def test_every_file_and_directory_is_durable_before_the_rename_and_the_marker_co
     temporary = events[marker][1].split(" -> ")[0]
     assert ("fsync", temporary) in events[promote:marker]
     assert events[marker + 1 :] == [("fsync", str(checkpoint.path))]
+
+
+def test_discard_removes_this_runs_failed_staging_directory_but_never_one_a_live_process_holds(tmp_path):
+    from ai_storage_training.checkpoint.commit import lock, unlock
+
+    manager = CheckpointManager(tmp_path, run_id="run")
+    staging = manager.staging_path(4)
+    (staging / "part").mkdir(parents=True)
+    fd = lock(manager._lock_path(4), shared=True)  # a rank still writing into it
+    assert fd is not None
+    assert manager.discard(4) is False and staging.exists()
+    unlock(manager._lock_path(4), fd, remove=False)
+    assert manager.discard(4) is True and not staging.exists()
+    assert manager.discard(4) is False  # nothing left to remove
+    assert CheckpointManager(tmp_path, run_id="run", rank=1, world_size=2).discard(4) is False  # coordinator's job

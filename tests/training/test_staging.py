@@ -143,6 +143,27 @@ def test_a_step_in_flight_or_committed_is_refused_when_requested_and_the_first_s
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".step-")] == []
 
 
+def test_a_failed_save_leaves_no_staging_directory_and_the_next_save_commits(tmp_path):
+    full_once = [OSError(28, "No space left on device")]
+
+    def full() -> None:
+        if full_once:
+            raise full_once.pop()
+
+    model, optimizer = trained()
+    manager = manager_writing_after(tmp_path, full)
+    checkpointer = AsyncCheckpointer(manager, lag=lag.CheckpointLag())
+    checkpointer.save_dcp(1, state_of(model, optimizer))
+    with pytest.raises(CheckpointSaveError, match="No space left on device"):
+        checkpointer.wait()
+    # The failed step's partial files would hold the space the next save needs: gone once the failure is reported.
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".step-") and p.is_dir()] == []
+    checkpointer.save_dcp(2, state_of(model, optimizer)).result(timeout=60)
+    checkpointer.save_dcp(1, state_of(model, optimizer)).result(timeout=60)  # the failed step itself, again
+    checkpointer.close()
+    assert sorted(c.step for c in manager.checkpoints()) == [1, 2]
+
+
 def test_a_dcp_save_failing_in_the_background_is_raised_with_its_cause_first(tmp_path):
     def full() -> None:
         raise OSError(28, "No space left on device")
