@@ -30,6 +30,7 @@ from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner
 from torch.futures import Future
 
 from .. import metrics
+from . import layout
 from .commit import CheckpointInvalidError, read_marker
 from .commit import unlock as _unlock
 from .dcp_ranks import join
@@ -264,6 +265,14 @@ def _nothing_to_resume(manager: CheckpointManager, require: bool) -> None:
     """Say once (rank 0) that there is no checkpoint, and why that may be; raise when one is required."""
     directory = manager.directory
     why = "exists but holds no committed checkpoint" if directory.is_dir() else "does not exist"
+    refused = directory / layout.REFUSED
+    count = sum(1 for p in refused.iterdir() if p.is_dir()) if refused.is_dir() else 0
+    if count:
+        why += (
+            f"; {count} checkpoint(s) refused by earlier restores are kept in {refused} (what differs: "
+            f"python -m ai_storage_training doctor DATA --checkpoints {directory}); to stop instead of training from "
+            f"the beginning, pass require=True or set ${REQUIRE_VARIABLE}=1"
+        )
     required = require or os.environ.get(REQUIRE_VARIABLE, "") not in ("", "0")
     if required:
         raise FileNotFoundError(

@@ -133,6 +133,21 @@ def test_a_step_refused_while_loading_with_no_older_one_says_the_state_is_partly
         restore(manager, {"model": dcp_job.make()[0].state_dict()})
 
 
+def test_after_every_step_was_refused_the_next_start_says_where_they_are_and_how_to_stop(tmp_path, caplog):
+    manager = CheckpointManager(tmp_path, keep=None)
+    model, _ = dcp_job.make()
+    dcp.save({"model": model.state_dict()}, storage_writer=manager.writer(1))
+    flip_byte(tmp_path / layout.step_dir(1) / "__0_0.distcp", -10)
+    with pytest.raises(CheckpointInvalidError):
+        restore(manager, {"model": dcp_job.make()[0].state_dict()})  # the first start: refused, moved aside
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="ai_storage_training.checkpoint.dcp_reader"):
+        assert restore(CheckpointManager(tmp_path), {"model": dcp_job.make()[0].state_dict()}) is None
+    (said,) = [r.getMessage() for r in caplog.records if r.name == "ai_storage_training.checkpoint.dcp_reader"]
+    assert f"1 checkpoint(s) refused by earlier restores are kept in {tmp_path / layout.REFUSED}" in said
+    assert "require=True" in said and "AI_STORAGE_REQUIRE_CHECKPOINT=1" in said and "--checkpoints" in said
+
+
 def test_no_checkpoint_is_said_once_naming_the_directory_and_can_be_required(tmp_path, monkeypatch, caplog):
     missing, empty = tmp_path / "typo", tmp_path / "empty"
     empty.mkdir()
