@@ -28,15 +28,17 @@ import weakref
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import metrics as exported
 from . import layout
 from .commit import read_marker
 from .lag import LAG, CheckpointLag
 from .records import checked_metrics
+
+if TYPE_CHECKING:
+    from .staging import Slot
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +107,7 @@ class AsyncCheckpointer:
         self._tracked: list[tuple[int, Future]] = []  # every save whose outcome the job has not been told
         self._settled: weakref.WeakSet[Future] = weakref.WeakSet()  # outcomes already counted (lag, on_saved)
         self._dcp_saves: weakref.WeakSet[Future] = weakref.WeakSet()  # save_dcp's (a failed one's staging goes)
-        self._slots: list[_Slot] = []  # save_dcp's stagers and groups, one per save that may be in flight
+        self._slots: list[Slot] = []  # save_dcp's stagers and groups, one per save that may be in flight
         self._dcp_calls = 0
         self._staging: list[tuple[Future, float]] = []  # overlapped staging copies: (done when staged, blocked so far)
         self._guarded = False
@@ -264,14 +266,16 @@ class AsyncCheckpointer:
                 "(or retire this one first: manager.rollback_to)"
             )
 
-    def _next_slot(self) -> _Slot:
+    def _next_slot(self) -> Slot:
         """The slot of this ``save_dcp`` call: slots are taken in turn (call ``n`` takes slot ``n % max_in_flight``),
         the same on every rank, so each slot's process group carries one save at a time on all ranks alike; the
         slot's previous save is waited for first."""
+        from .staging import Slot
+
         index = self._dcp_calls % self.max_in_flight
         self._dcp_calls += 1
         if index == len(self._slots):
-            self._slots.append(_Slot())
+            self._slots.append(Slot())
         slot = self._slots[index]
         if slot.upload is not None:
             wait_futures([slot.upload])
@@ -325,33 +329,6 @@ class AsyncCheckpointer:
         if first is not None:
             step, error = first
             raise CheckpointSaveError(f"{cause(error)} (checkpoint step {step}, saved in the background)") from error
-
-
-@dataclass
-class _Slot:
-    """One in-flight save's DCP stager and process group (each made once, reused) and the save that uses it."""
-
-    stager: Any = None
-    upload: Future | None = None
-    group: Any = None
-
-    def group_for(self, base: Any) -> Any:
-        """This slot's own process group: the members and backend of ``base`` (the caller's ``process_group``, or
-        the default group). Made at the slot's first save, which every rank reaches in the same order
-        (``torch.distributed.new_group`` is collective)."""
-        import torch.distributed as dist
-
-        if not dist.is_initialized():
-            return base  # one process: no collectives
-        if self.group is None:
-            ranks = dist.get_process_group_ranks(base) if base is not None else None
-            self.group = dist.new_group(ranks=ranks, backend=str(dist.get_backend(base)))
-        return self.group
-
-    def close(self) -> None:
-        if self.stager is not None:
-            self.stager.close()
-            self.stager = None
 
 
 def cause(error: BaseException) -> str:

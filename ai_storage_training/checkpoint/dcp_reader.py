@@ -13,14 +13,12 @@ M) works as in DCP.
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 import time
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any, cast
 
-import crc32c
 import torch.distributed as dist
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint import load as dcp_load
@@ -31,6 +29,7 @@ from torch.futures import Future
 
 from .. import metrics
 from . import layout
+from .checked_item import CHUNK, CheckedItem
 from .commit import CheckpointInvalidError, read_marker
 from .commit import unlock as _unlock
 from .dcp_ranks import join
@@ -41,12 +40,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CHUNK = 1024 * 1024
-"""Bytes read and checksummed at a time (they stay in the CPU's cache between the two)."""
-IN_ORDER = 64 * 1024
-"""A read of at least this many bytes past the checked ones first checks the gap, then is checked as it is read:
-torch.load's one read of the tensor's data. Smaller reads ahead (the zip's directory at the end) are left to the
-item's final check."""
 REQUIRE_VARIABLE = "AI_STORAGE_REQUIRE_CHECKPOINT"
 """Set to 1: :func:`restore` fails when there is no checkpoint to resume from (an unmounted volume, a typo)."""
 
@@ -54,17 +47,19 @@ REQUIRE_VARIABLE = "AI_STORAGE_REQUIRE_CHECKPOINT"
 class ManagedReader(FileSystemReader):
     """A DCP storage reader of one checkpoint, leased until :meth:`read_data` is done (or :meth:`release`).
     ``checkpoint`` says which step it is. Each item is read once and checked against its CRC32C as it is read
-    (``verify_items``: the manager's ``verify`` is ``"crc32c"``); a mismatch raises CheckpointInvalidError."""
+    (``verify_items``: the manager's ``verify`` is ``"crc32c"``); a mismatch raises CheckpointInvalidError.
+    ``extension_registry``: DCP's ``ExtensionRegistry`` holding the stream extensions the writer was given
+    (``_extensions=``) beyond the built-in ZStandard; the CRC32C is of the bytes on disk, before they are undone."""
 
-    def __init__(self, manager: CheckpointManager, checkpoint: Checkpoint, fd: int):
-        super().__init__(checkpoint.path)
+    def __init__(self, manager: CheckpointManager, checkpoint: Checkpoint, fd: int, extension_registry: Any = None):
+        super().__init__(checkpoint.path, _extension_registry=extension_registry)
         self.manager, self.checkpoint = manager, checkpoint
         self._fd: int | None = fd
         self._started = time.monotonic()
         self.verify_items = manager.verify == "crc32c"
         self.refused = False
         self._scratch = bytearray()
-        self._pending: _CheckedItem | None = None
+        self._pending: CheckedItem | None = None
         self.items: Items = {}
         if self.verify_items:
             marker = read_marker(checkpoint.path)
@@ -87,7 +82,7 @@ class ManagedReader(FileSystemReader):
         expected = self.items.get(sinfo.relative_path, {}).get(sinfo.offset) if self.verify_items else None
         if expected is None:
             return super()._slice_file(file, sinfo)
-        self._pending = _CheckedItem(self, file.fileno(), sinfo, expected)
+        self._pending = CheckedItem(self, file.fileno(), sinfo, expected)
         return cast(IO[bytes], self._pending)
 
     def _check_pending(self) -> None:
@@ -153,74 +148,6 @@ class _CheckingPlanner:
         return getattr(self._planner, name)
 
 
-class _CheckedItem(io.RawIOBase):
-    """One item of a checkpoint file, read by torch.load straight into its buffers. The item's CRC32C is taken in
-    file order: a large read past the checked bytes checks the gap before it (read again, a few hundred bytes of
-    zip headers) and then each chunk as it lands; :meth:`check` takes the rest and compares with the written
-    size and CRC32C, raising CheckpointInvalidError on a mismatch (the step is refused)."""
-
-    def __init__(self, reader: ManagedReader, fd: int, sinfo: _StorageInfo, expected: tuple[int, int]):
-        self.reader, self.sinfo, self.expected = reader, sinfo, expected
-        self.fd, self.start, self.length = os.dup(fd), sinfo.offset, sinfo.length  # DCP closes its file first
-        self.position = self.checked = self.crc = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def readinto(self, target: Any) -> int:
-        view = memoryview(target).cast("B")[: max(0, self.length - self.position)]
-        if len(view) >= IN_ORDER and self.position > self.checked:
-            self._check_until(self.position)
-        done = 0
-        while done < len(view):
-            at = self.position + done
-            n = os.preadv(self.fd, [view[done : done + CHUNK]], self.start + at)
-            if n == 0:
-                break  # the file is shorter than its metadata says: check() says so
-            if at == self.checked:
-                self.crc = crc32c.crc32c(view[done : done + n], self.crc)  # while the chunk is in the CPU's cache
-                self.checked += n
-            done += n
-        self.position += done
-        return done
-
-    def _check_until(self, end: int) -> None:
-        scratch = self.reader.scratch()
-        while self.checked < end:
-            n = os.preadv(self.fd, [scratch[: min(CHUNK, end - self.checked)]], self.start + self.checked)
-            if n == 0:
-                return
-            self.crc = crc32c.crc32c(scratch[:n], self.crc)
-            self.checked += n
-
-    def check(self) -> None:
-        self._check_until(self.length)
-        actual = (self.checked, self.crc)
-        if actual != self.expected:
-            self.reader.refused = True  # counted where the step is refused (restore), not as a restore
-            raise CheckpointInvalidError(
-                f"{self.reader.checkpoint.path / self.sinfo.relative_path}: the item at offset {self.start} has "
-                f"{actual[0]} bytes with CRC32C {actual[1]:08x}; written: {self.expected[0]} bytes, "
-                f"{self.expected[1]:08x}"
-            )
-
-    def close(self) -> None:
-        if not self.closed:
-            os.close(self.fd)
-        super().close()
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        start = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.length}[whence]
-        self.position = max(0, start + offset)
-        return self.position
-
-    def tell(self) -> int:
-        return self.position
-
-
 def open_reader(
     manager: CheckpointManager,
     step: int | None,
@@ -228,6 +155,7 @@ def open_reader(
     rollback: bool = False,
     timeout: float = 30.0,
     require: bool = False,
+    extension_registry: Any = None,
 ) -> ManagedReader | None:
     """Rank 0 chooses (validates, refuses, falls back; with ``rollback`` retires newer steps) and broadcasts the
     step; every rank leases it. None on every rank when there is nothing to resume from (logged once, naming the
@@ -258,7 +186,7 @@ def open_reader(
         return None
     if leased is None:
         leased = manager._lease_step(decision, timeout, verify="size")  # rank 0 validated it
-    return None if leased is None else ManagedReader(manager, *leased)
+    return None if leased is None else ManagedReader(manager, *leased, extension_registry=extension_registry)
 
 
 def _nothing_to_resume(manager: CheckpointManager, require: bool) -> None:
@@ -283,6 +211,17 @@ def _nothing_to_resume(manager: CheckpointManager, require: bool) -> None:
         log.warning("no checkpoint to resume from: %s %s; starting from the beginning", directory, why)
 
 
+def _refuse_unknown_extension(error: CheckpointException, checkpoint: Checkpoint, manager: CheckpointManager) -> None:
+    """A load that failed on a stream extension the reader's registry lacks: say which and how to give it."""
+    unknown = [str(f[0]) for f in error.failures.values() if str(f[0]).startswith("Unknown extension")]
+    if unknown:
+        raise ValueError(
+            f"extension_registry: step {checkpoint.step} in {manager.directory} was written with a stream "
+            f"extension this reader does not know ({unknown[0]}); pass extension_registry= with its class "
+            "registered (torch.distributed.checkpoint._extension.ExtensionRegistry().register(...))"
+        ) from error
+
+
 def restore(
     manager: CheckpointManager,
     state_dict: dict[str, Any] | Callable[[], dict[str, Any]],
@@ -290,6 +229,7 @@ def restore(
     step: int | None = None,
     rollback: bool = False,
     require: bool = False,
+    extension_registry: Any = None,
     **load_kwargs: Any,
 ) -> Checkpoint | None:
     """``dcp.load(state_dict, storage_reader=manager.reader(...))`` on every rank; returns the checkpoint loaded,
@@ -297,10 +237,17 @@ def restore(
     refuses the step (moved to ``.refused/``) and the load starts again from the newest step that validates, which
     overwrites everything the refused one had loaded; with ``step`` given, or no older step left,
     CheckpointInvalidError says the state is partly loaded. ``state_dict`` may be a function making it, called
-    once there is a checkpoint to load (DCP's ``get_state_dict`` initializes an optimizer's empty state)."""
+    once there is a checkpoint to load (DCP's ``get_state_dict`` initializes an optimizer's empty state).
+    ``extension_registry``: as for :class:`ManagedReader` (a checkpoint saved with custom ``_extensions``)."""
     loaded_from: int | None = None
     while True:
-        reader = open_reader(manager, step, rollback=rollback, require=require and loaded_from is None)
+        reader = open_reader(
+            manager,
+            step,
+            rollback=rollback,
+            require=require and loaded_from is None,
+            extension_registry=extension_registry,
+        )
         if reader is None:
             if loaded_from is not None:
                 raise CheckpointInvalidError(
@@ -316,6 +263,7 @@ def restore(
             return checkpoint
         except CheckpointException as error:
             invalid = [f[0] for f in error.failures.values() if isinstance(f[0], CheckpointInvalidError)]
+            _refuse_unknown_extension(error, checkpoint, manager)
             if not invalid:
                 raise
             found = [str(failure) for failure in invalid]

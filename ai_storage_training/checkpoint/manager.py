@@ -319,14 +319,17 @@ class CheckpointManager(CheckpointStore):
 
         return ManagedWriter(self, step, metrics=metrics, **options)
 
-    def reader(self, step: int | None = None, *, rollback: bool = False, require: bool = False) -> ManagedReader | None:
+    def reader(
+        self, step: int | None = None, *, rollback: bool = False, require: bool = False, extension_registry: Any = None
+    ) -> ManagedReader | None:
         """A ``torch.distributed.checkpoint`` storage reader of the newest checkpoint that validates (or ``step``),
         leased until its data is read, verifying each item as it reads it; None when there is nothing to resume
         from (``require`` raises FileNotFoundError instead). ``rollback`` as in :meth:`load`. ``dcp_reader.restore``
-        loads through it and falls back past a step refused while reading."""
+        loads through it and falls back past a step refused while reading. ``extension_registry``: DCP's registry of
+        the stream extensions the checkpoint was written with (``_extensions=`` of the writer)."""
         from .dcp_reader import open_reader
 
-        return open_reader(self, step, rollback=rollback, require=require)
+        return open_reader(self, step, rollback=rollback, require=require, extension_registry=extension_registry)
 
 
 def _copy_one(source: Path, staging: Path, name: str, expected: FileRecord) -> str | None:

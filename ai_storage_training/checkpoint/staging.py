@@ -9,9 +9,12 @@ CUDA stream, pinned memory) while the job computes.
 
 from __future__ import annotations
 
+from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch.distributed._state_dict_utils import CompanionMismatch
 from torch.distributed.checkpoint.staging import AsyncStager, BlockingAsyncStager, DefaultStager, StagingOptions
 
@@ -64,3 +67,28 @@ def sync_device() -> None:
     """Wait for the kernels queued on the current CUDA stream (none without CUDA)."""
     if torch.cuda.is_available():
         torch.cuda.current_stream().synchronize()
+
+
+@dataclass
+class Slot:
+    """One in-flight save's DCP stager and process group (each made once, reused) and the save that uses it."""
+
+    stager: Any = None
+    upload: Future | None = None
+    group: Any = None
+
+    def group_for(self, base: Any) -> Any:
+        """This slot's own process group: the members and backend of ``base`` (the caller's ``process_group``, or
+        the default group). Made at the slot's first save, which every rank reaches in the same order
+        (``torch.distributed.new_group`` is collective)."""
+        if not dist.is_initialized():
+            return base  # one process: no collectives
+        if self.group is None:
+            ranks = dist.get_process_group_ranks(base) if base is not None else None
+            self.group = dist.new_group(ranks=ranks, backend=str(dist.get_backend(base)))
+        return self.group
+
+    def close(self) -> None:
+        if self.stager is not None:
+            self.stager.close()
+            self.stager = None

@@ -17,7 +17,7 @@ from torch.distributed.checkpoint import FileSystemReader  # noqa: E402
 from torch.distributed.checkpoint.filesystem import _StorageInfo  # noqa: E402
 
 from ai_storage_training import CheckpointInvalidError, CheckpointManager  # noqa: E402
-from ai_storage_training.checkpoint import dcp_reader, layout  # noqa: E402
+from ai_storage_training.checkpoint import checked_item, layout  # noqa: E402
 from ai_storage_training.checkpoint.dcp import restore  # noqa: E402
 from tests.training.corruption import flip_byte  # noqa: E402
 
@@ -50,7 +50,7 @@ def test_every_byte_is_read_from_storage_once_straight_into_the_tensors(tmp_path
     loaded = state(0.0)
     assert restore(manager, loaded).step == 1
     assert all(torch.equal(loaded[name], tensor) for name, tensor in state(1.0).items())
-    large = sum(n for n in reads if n >= dcp_reader.IN_ORDER)
+    large = sum(n for n in reads if n >= checked_item.IN_ORDER)
     assert 4 * ROWS * ROWS * 4 <= large <= data  # the tensors' data: read once
     assert sum(reads) <= data + 4 * 8192  # per item, a few KiB of zip directory and headers read twice at most
 
@@ -88,13 +88,13 @@ def test_a_checked_item_returns_the_bytes_asked_for_and_refuses_any_flipped_one(
     """Any order of reads (torch.load reads the zip's end first, its data last): the bytes come back as they are
     in the file, an intact item checks, an item with any one byte flipped does not."""
     rng = random.Random(seed)
-    length = rng.randrange(1, 3 * dcp_reader.CHUNK)
+    length = rng.randrange(1, 3 * checked_item.CHUNK)
     body = rng.randbytes(length)
     offset = rng.randrange(0, 5000)
     path = tmp_path / "items"
     path.write_bytes(rng.randbytes(offset) + body + rng.randbytes(100))
-    expected = (length, dcp_reader.crc32c.crc32c(body))
-    scratch = bytearray(dcp_reader.CHUNK)
+    expected = (length, checked_item.crc32c.crc32c(body))
+    scratch = bytearray(checked_item.CHUNK)
     reader = SimpleNamespace(scratch=lambda: memoryview(scratch), refused=False, checkpoint=SimpleNamespace())
     reader.checkpoint.path = tmp_path
 
@@ -102,10 +102,10 @@ def test_a_checked_item_returns_the_bytes_asked_for_and_refuses_any_flipped_one(
         if flipped is not None:
             flip_byte(path, offset + flipped, 0x80)
         with path.open("rb") as file:
-            item = dcp_reader._CheckedItem(reader, file.fileno(), _StorageInfo("items", offset, length), expected)
+            item = checked_item.CheckedItem(reader, file.fileno(), _StorageInfo("items", offset, length), expected)
         with item:
             for _ in range(rng.randrange(0, 6)):
-                at, size = rng.randrange(0, length), rng.choice([1, 30, 4096, dcp_reader.IN_ORDER, length])
+                at, size = rng.randrange(0, length), rng.choice([1, 30, 4096, checked_item.IN_ORDER, length])
                 item.seek(at)
                 target = bytearray(size)
                 n = item.readinto(target)
@@ -118,3 +118,27 @@ def test_a_checked_item_returns_the_bytes_asked_for_and_refuses_any_flipped_one(
     with pytest.raises(CheckpointInvalidError, match=f"item at offset {offset} has {length} bytes with CRC32C"):
         read_randomly(rng.randrange(0, length))
     assert reader.refused
+
+
+def test_a_checkpoint_written_with_a_custom_stream_extension_restores_when_its_registry_is_given(tmp_path):
+    # PyTorch's own example extension (its DCP tests use it): rot13 of every letter of the stream.
+    from torch.distributed.checkpoint._extension import ExtensionRegistry
+    from torch.testing._internal.distributed.checkpoint_utils import Rot13Example
+
+    manager = CheckpointManager(tmp_path)
+    saved = {"w": torch.arange(4096, dtype=torch.uint8).reshape(64, 64), "b": torch.randn(33)}
+    dcp.save(saved, storage_writer=manager.writer(1, _extensions=[Rot13Example()]))
+    registry = ExtensionRegistry()
+    registry.register(Rot13Example)
+    loaded = {"w": torch.zeros(64, 64, dtype=torch.uint8), "b": torch.zeros(33)}
+    assert restore(manager, loaded, extension_registry=registry).step == 1
+    assert torch.equal(loaded["w"], saved["w"]) and torch.equal(loaded["b"], saved["b"])
+    reader = manager.reader(extension_registry=registry)
+    assert reader is not None
+    again = {"w": torch.zeros(64, 64, dtype=torch.uint8), "b": torch.zeros(33)}
+    dcp.load(again, storage_reader=reader)
+    reader.release()
+    assert torch.equal(again["w"], saved["w"])
+    with pytest.raises(ValueError, match=r"^extension_registry: step 1 .*stream\.rot13"):  # without it: the step kept
+        restore(manager, {"w": torch.zeros(64, 64, dtype=torch.uint8), "b": torch.zeros(33)})
+    assert [c.step for c in manager.checkpoints()] == [1]
