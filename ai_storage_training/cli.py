@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any, NoReturn
@@ -24,10 +25,12 @@ EXIT_BAD_ARGUMENTS = 2
 """An argument was refused (one line naming it and what was expected)."""
 EXIT_ERROR = 3
 """An error while running: a tool or I/O failure (one line)."""
+EXIT_BROKEN_PIPE = 141
+"""Whoever read the output stopped reading (``| head``): 128 + SIGPIPE, as a shell tool ends, with nothing said."""
 EXIT_STATUSES = (
     "Exit status: 0 ok (doctor: verdict ok or warning); 1 a check failed (doctor: critical verdict; stage, "
     "restore-test: a validation refused the data); 2 bad arguments; 3 an error while running (a tool or I/O "
-    "failure)."
+    "failure); 141 the output's reader stopped reading (| head)."
 )
 
 
@@ -37,6 +40,15 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         line = " ".join(message.split())
         self.exit(EXIT_BAD_ARGUMENTS, f"{self.prog}: error: {line} (see {self.prog} --help)\n")
+
+
+class DefaultsFormatter(argparse.HelpFormatter):
+    """Help that states each option's default (``(default: 64)``) unless its text already says it or there is none."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        quiet = action.default in (None, False, argparse.SUPPRESS) or "default" in text or not action.option_strings
+        return text if quiet else f"{text} (default: %(default)s)"
 
 
 def _subcommands_action(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any]:
@@ -53,6 +65,7 @@ def build_parser(modules: Iterable[str]) -> Parser:
         module.add_parser(subparsers)
         for added in set(subparsers.choices) - before:
             sub = subparsers.choices[added]
+            sub.formatter_class = DefaultsFormatter
             sub.epilog = f"{sub.epilog}\n\n{EXIT_STATUSES}" if sub.epilog else EXIT_STATUSES
             sub.set_defaults(_run=module.run)
     return parser
@@ -71,6 +84,9 @@ def main(modules: Iterable[str], argv: list[str] | None = None) -> int:
     prog = f"{PROG} {args.command}"
     try:
         return run(args)
+    except BrokenPipeError:  # the reader went away (``list DIR | head``): stop quietly, as a shell tool does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
+        return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130

@@ -3,11 +3,11 @@
 Read ``manager.py`` first (``CheckpointManager``: save, load, rollback, retention), then ``commit.py`` (the commit
 point, the marker, CRC32C, the lock files) and ``layout.py`` (the names on disk, which the platform's offsite copy
 reads too). ``store.py`` holds what the manager reads (listing, cleaning, retention); ``ranks.py`` the file-based
-protocol of a multi-rank save. PyTorch: ``dcp.py`` (the DCP storage writer), ``dcp_reader.py`` (the verifying
-reader and ``restore``; ``checked_item.py`` reads and checks one item), ``dcp_ranks.py`` (the place of a rank in torch.distributed), ``staging.py`` (the stagers
-of asynchronous saves). In the background: ``async_save.py`` (``AsyncCheckpointer``), ``lag.py`` (the lag
-gauges), ``promotion.py`` (from a local landing directory to the durable one). ``restore_test.py`` is the
-scheduled restore test.
+protocol of a multi-rank save. PyTorch: ``dcp.py`` (the DCP storage writer), ``dcp_reader.py`` (the verifying reader
+and ``restore``; ``checked_item.py`` reads and checks one item), ``dcp_ranks.py`` (the place of a rank in
+torch.distributed), ``staging.py`` (the stagers of asynchronous saves). In the background: ``async_save.py``
+(``AsyncCheckpointer``), ``lag.py`` (the lag gauges), ``promotion.py`` (from a local landing directory to the
+durable one). ``restore_test.py`` is the scheduled restore test.
 
 The DCP writer and reader depend on the manager through what it is (its directory, rank, locks), never the other
 way round: the manager imports them only when asked for one.

@@ -16,7 +16,15 @@ from ..cli_types import Directory
 from . import layout
 from .commit import read_marker
 
-GIB = 1024**3
+UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def size_text(size: float) -> str:
+    """A size as a person reads it: ``13.2 MiB``, ``1.50 GiB``, ``512 B``."""
+    unit = 0
+    while size >= 1024 and unit < len(UNITS) - 1:
+        size, unit = size / 1024, unit + 1
+    return f"{size:.0f} B" if unit == 0 else f"{size:.{1 if size >= 10 else 2}f} {UNITS[unit]}"
 
 
 def listing(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -49,7 +57,7 @@ def table(directory: str | os.PathLike[str], rows: list[dict[str, Any]]) -> str:
     lines = [f"{'step':>10}  {'committed (UTC)':<25}  {'size':>10}  {'files':>5}  {'ranks':>5}  metrics"]
     for row in rows:
         metrics = " ".join(f"{name}={value:g}" for name, value in sorted(row["metrics"].items())) or "-"
-        size = f"{row['bytes'] / GIB:.2f} GiB"
+        size = size_text(row["bytes"])
         when = row["committed_at"] or "unknown"
         lines.append(f"{row['step']:>10}  {when:<25}  {size:>10}  {row['files']:>5}  {row['world_size']:>5}  {metrics}")
     return "\n".join(lines)

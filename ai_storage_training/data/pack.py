@@ -18,6 +18,7 @@ import os
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from ..checkpoint.commit import SummedStream, fsync_dir
 from ..cli_types import Directory, File, Integer, Name, Number, OutputDirectory
@@ -127,27 +128,44 @@ def pack(
             raise ValueError(f"{what}: expected letters, digits, '.', '_' or '-' (not leading); got {name!r}")
     source, target = Path(source), Path(root) / dataset / version
     target.mkdir(parents=True, exist_ok=True)
-    with open(target / ".pack.lock", "a") as lock:
+    lock_path = target / ".pack.lock"
+    with open(lock_path, "a") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise mf.DatasetError(f"{target}: another packer is writing this version") from None
-        if (target / mf.MANIFEST).exists():
-            raise PublishedError(f"{target}: version {version} of {dataset} is published (immutable); pack a new one")
-        _clean(target)
-        items = list(samples(source, files))
-        if not items:
-            raise mf.DatasetError(f"{source}: no files to pack")
-        progress = Progress("pack", len(items), "samples")
-        shards = [
-            _write_shard(webdataset, target, i, b, progress)
-            for i, b in enumerate(_batches(items, shard_bytes, readers))
-        ]
-        progress.close()
-        fsync_dir(target)
-        raw = mf.to_json(dataset, version, shards)
-        mf.publish(target, raw)
-        return mf.parse(raw, target / mf.MANIFEST)
+        try:
+            return _pack_locked(webdataset, source, target, dataset, version, files, shard_bytes, readers)
+        finally:
+            lock_path.unlink(missing_ok=True)  # nothing of the packer stays in the published folder
+
+
+def _pack_locked(
+    webdataset: Any,
+    source: Path,
+    target: Path,
+    dataset: str,
+    version: str,
+    files: Iterable[str] | None,
+    shard_bytes: int,
+    readers: int,
+) -> mf.Manifest:
+    """``pack`` once this process holds the version's lock."""
+    if (target / mf.MANIFEST).exists():
+        raise PublishedError(f"{target}: version {version} of {dataset} is published (immutable); pack a new one")
+    _clean(target)
+    items = list(samples(source, files))
+    if not items:
+        raise mf.DatasetError(f"{source}: no files to pack")
+    progress = Progress("pack", len(items), "samples")
+    shards = [
+        _write_shard(webdataset, target, i, b, progress) for i, b in enumerate(_batches(items, shard_bytes, readers))
+    ]
+    progress.close()
+    fsync_dir(target)
+    raw = mf.to_json(dataset, version, shards)
+    mf.publish(target, raw)
+    return mf.parse(raw, target / mf.MANIFEST)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

@@ -154,3 +154,23 @@ def test_the_doctor_names_the_newest_steps_time_and_metrics(tmp_path):
     assert state["newest_valid_metrics"] == {"loss": 0.75} and recent(state["newest_valid_committed_at"])
     line = checkpoints_line(state)
     assert f"newest valid step 4 (committed {state['newest_valid_committed_at']}, loss=0.75)" in line
+
+
+@pytest.mark.parametrize(
+    ("size", "text"),
+    [(512, "512 B"), (2048, "2.00 KiB"), (13 * 1024**2 + 200 * 1024, "13.2 MiB"), (3 * 1024**3 // 2, "1.50 GiB")],
+)
+def test_list_says_each_size_in_a_unit_a_person_reads(size, text):
+    from ai_storage_training.checkpoint.listing import size_text
+
+    assert size_text(size) == text
+
+
+def test_list_into_a_reader_that_stops_early_ends_quietly(tmp_path):
+    for step in range(1, 4000):  # more than a pipe holds: the reader is gone while list still prints
+        old_marker(tmp_path, step, {"model.bin": 13 * 1024**2})
+    shell = f"{sys.executable} -m ai_storage_training list {tmp_path} | head -n 2"
+    run = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=60, cwd=ROOT, check=False)
+    assert run.returncode == 0 and run.stderr == "", run.stderr  # no BrokenPipeError
+    _, first = run.stdout.splitlines()
+    assert "13.0 MiB" in first

@@ -210,6 +210,16 @@ def test_help_states_the_exit_statuses(sub):
     assert " ".join(cli.EXIT_STATUSES.split()) in " ".join(proc.stdout.split())
 
 
+@pytest.mark.parametrize("sub", sorted(SUBPARSERS))
+def test_help_states_every_options_default(sub):
+    parser = SUBPARSERS[sub]
+    text = " ".join(parser.format_help().split())
+    for action in parser._actions:
+        if action.option_strings and action.default not in (None, False, argparse.SUPPRESS):
+            help_text = " ".join((action.help or "").split())
+            assert help_text in text and (f"(default: {action.default})" in text or "default" in help_text), action
+
+
 SAMPLES = {
     cli_types.Directory: cli_types.Directory("the data"),
     cli_types.File: cli_types.File(),

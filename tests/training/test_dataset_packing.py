@@ -70,6 +70,7 @@ def test_pack_lists_every_shard_with_size_samples_and_crc32c_and_refuses_to_over
 ):
     manifest = intact(packed)
     assert (manifest.dataset, manifest.version, manifest.samples) == ("toy", "v1", 40)
+    assert not (packed / ".pack.lock").exists()  # nothing of the packer in the published folder
     assert [s.samples for s in manifest.shards] == [8] * 5
     with tarfile.open(packed / "shard-000000.tar") as tar:
         assert tar.getnames()[:4] == ["sub/img0000.bin", "sub/img0000.cls", "sub/img0001.bin", "sub/img0001.cls"]
