@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,19 @@ def test_a_read_only_mount_is_tested_without_a_lock_file(read_only):
         (read_only / "probe").write_bytes(b"")  # really read-only, even for root
     status, result, stderr = restore_test(read_only)
     assert status == 0 and result["step"] == 2 and result["leased"] is False, stderr
+
+
+def test_throughput_counts_the_reads_alone_not_importing_torch(checkpoints, monkeypatch):
+    from ai_storage_training.checkpoint import restore_test as module
+
+    checked = module._dcp_problems
+
+    def slow_import(path, marker):  # importing torch for the metadata check takes seconds
+        time.sleep(1.0)
+        return checked(path, marker)
+
+    monkeypatch.setattr(module, "_dcp_problems", slow_import)
+    result = module.restore_test(checkpoints.directory)
+    assert result["status"] == "ok" and result["seconds"] >= 1.0 > result["read_seconds"]
+    with_the_import = result["bytes"] / 1e6 / result["seconds"]
+    assert result["mb_per_s"] > 5 * with_the_import  # the bar's figure, not the whole test's
