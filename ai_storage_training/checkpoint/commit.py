@@ -1,29 +1,23 @@
-"""The commit primitives every checkpoint writer shares: CRC32C records, durability, the marker, validation, locks.
+"""The commit primitives every checkpoint writer shares: CRC32C records, durability, the marker, validation.
 
 The ``COMPLETE`` marker (JSON, written last: temporary name, fsynced, renamed, directory fsynced) reads::
 
-    {"format": 2, "step": 20, "run_id": "3f2a...", "world_size": 2,
+    {"format": 3, "step": 20, "run_id": "3f2a...", "world_size": 2,
      "committed_at": "2026-11-26T10:31:07+00:00", "metrics": {"loss": 1.73, "tokens": 81920000},
-     "files": {"__0_0.distcp": {"size": 1048576, "crc32c": "1c2f4a9e", "rank": 0}, ...}}
+     "files": {"__0_0.distcp": {"size": 1048576, "crc32c": "1c2f4a9e", "rank": 0}, ...}, "crc32c": "0b7e..."}
 
-It lists every file of every rank (relative path, size, CRC32C) and its records (``records``). Markers from
-before checksums (``"files": {name: size}``) validate by size only; those from before the records have none.
+It lists every file of every rank (relative path, size, CRC32C) and its records (``records``), and its own CRC32C
+(format 3): a changed byte in the marker makes it unreadable rather than a list naming a file that never existed.
+Markers from before checksums (``"files": {name: size}``) validate by size only; format 2 markers have no own CRC32C.
 
 Validation (:func:`problems`) re-reads every listed file and compares size and CRC32C (``verify="crc32c"``, about
 9 GB/s on one core: what reading the checkpoint once costs), or only sizes (``verify="size"``, a stat per file).
-
-Locks are ``flock`` on one hidden lock file per step; they work across nodes on JuiceFS and CephFS. A lock file's
-last holder removes it, so a process on another node (another JuiceFS client) may still hold the kernel's cached
-entry of the removed file for up to the mount's ``entry-cache`` seconds: opening that entry fails with EPERM (the
-inode sits in JuiceFS's trash), ENOENT or ESTALE until the entry expires (juicedata/juicefs#6593, and its docs'
-cache consistency page), so :func:`lock` retries those for :data:`STALE_ENTRY_SECONDS`.
+The locks that guard them are ``locks.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import io
 import json
 import os
@@ -45,10 +39,6 @@ SYNC_WORKERS = 16
 """Files fsynced (or checksummed) at once: on JuiceFS each fsync uploads the file's blocks."""
 CHUNK = 8 * 1024 * 1024
 VERIFY_MODES = ("crc32c", "size")
-STALE_ENTRY_ERRORS = (errno.EPERM, errno.ENOENT, errno.ESTALE)
-"""What opening a lock file through a cached entry of a file another client removed fails with."""
-STALE_ENTRY_SECONDS = 10.0
-"""How long such an open is retried: longer than the cold tier's ``entry-cache`` (1 s generated)."""
 
 
 class CheckpointInvalidError(ValueError):
@@ -211,17 +201,26 @@ def write_json_atomically(path: Path, document: object) -> None:
 def write_marker(final: Path, marker: Marker) -> None:
     """Write ``COMPLETE`` into ``final``: the commit point of a checkpoint."""
     files = {name: record.to_json() for name, record in sorted(marker.files.items())}
-    document: dict[str, Any] = {"format": 2, "step": marker.step, "run_id": marker.run_id}
+    document: dict[str, Any] = {"format": 3, "step": marker.step, "run_id": marker.run_id}
     document.update(world_size=marker.world_size, committed_at=marker.committed_at or utc_now())
     if marker.metrics:
         document["metrics"] = dict(marker.metrics)
-    write_json_atomically(final / layout.MARKER, {**document, "files": files})
+    document["files"] = files
+    write_json_atomically(final / layout.MARKER, {**document, "crc32c": _document_crc(document)})
+
+
+def _document_crc(document: dict[str, Any]) -> str:
+    """The marker's own CRC32C (format 3): of its JSON without the ``crc32c`` key, keys sorted."""
+    return f"{crc32c.crc32c(json.dumps(document, sort_keys=True).encode()):08x}"
 
 
 def read_marker(path: Path) -> Marker | None:
     """The marker of checkpoint directory ``path``, or None when it is missing or unreadable."""
     try:
         document = json.loads((path / layout.MARKER).read_text())
+        claimed = document.pop("crc32c", None)
+        if document.get("format", 2) >= 3 and claimed != _document_crc(document):
+            return None  # a byte changed in the marker itself: unreadable, as if torn
         files = {str(name): FileRecord.from_json(value) for name, value in document["files"].items()}
         step, run_id, world_size = (
             int(document["step"]),
@@ -278,66 +277,6 @@ def problems(
 
     with ThreadPoolExecutor(max_workers=SYNC_WORKERS) as pool:
         return [line for line in pool.map(check, sorted(marker.files.items())) if line]
-
-
-def lock(path: Path, *, shared: bool) -> int | None:
-    """A descriptor holding ``flock`` on ``path`` (created if missing), or None when another process holds a
-    conflicting lock. A lock file that its last holder unlinked meanwhile is not the lock any more: retry."""
-    while True:
-        fd = _open_lock_file(path)
-        try:
-            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        try:
-            current = os.stat(path).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            current = False
-        if current:
-            return fd
-        os.close(fd)
-
-
-def _open_lock_file(path: Path) -> int:
-    """Open (or create) the lock file, retrying a stale cached entry (see the module docstring) with a growing
-    pause for up to :data:`STALE_ENTRY_SECONDS`; any other error, or a missing directory, raises at once."""
-    deadline, pause = time.monotonic() + STALE_ENTRY_SECONDS, 0.02
-    while True:
-        try:
-            return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as error:
-            stale = error.errno in STALE_ENTRY_ERRORS and path.parent.is_dir()
-            if not stale or time.monotonic() + pause > deadline:
-                raise
-        time.sleep(pause)
-        pause = min(pause * 2, 0.5)
-
-
-def lock_waiting(path: Path, *, shared: bool, timeout: float, what: str) -> int:
-    """:func:`lock`, retried until ``timeout`` seconds; CheckpointBusyError naming ``what`` after that."""
-    deadline = time.monotonic() + timeout
-    while (fd := lock(path, shared=shared)) is None:
-        if time.monotonic() > deadline:
-            raise CheckpointBusyError(f"{what} stayed locked by another process for {timeout}s")
-        time.sleep(0.05)
-    return fd
-
-
-def unlock(path: Path, fd: int, *, remove: bool = True) -> None:
-    """Release the lock; the last holder (the one that can take it exclusively) removes the lock file, unless
-    ``remove`` is False. A multi-rank save removes it only when its commit releases it, once every rank's manifest
-    is in: no rank opens that lock file again, so none meets the removed file's stale cached entry on another node
-    (see the module docstring). Removed while a rank sits between opening and locking it, it would be met."""
-    try:
-        if remove:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-    except BlockingIOError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def move_aside(path: Path, into: Path) -> Path:

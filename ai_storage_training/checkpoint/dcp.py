@@ -49,13 +49,13 @@ from .commit import (
     SummedStream,
     crc32c_file,
     fsync_dir,
-    lock_waiting,
     write_json_atomically,
 )
-from .commit import unlock as _unlock
 from .dcp_ranks import join
 from .dcp_reader import ManagedReader, open_reader, restore
 from .items import Items, items_document
+from .locks import lock_waiting
+from .locks import unlock as _unlock
 from .records import checked_metrics
 
 log = logging.getLogger(__name__)

@@ -31,9 +31,9 @@ from .. import metrics
 from . import layout
 from .checked_item import CHUNK, CheckedItem
 from .commit import CheckpointInvalidError, read_marker
-from .commit import unlock as _unlock
 from .dcp_ranks import join
 from .items import Items, item_records
+from .locks import unlock as _unlock
 
 if TYPE_CHECKING:
     from .manager import Checkpoint, CheckpointManager

@@ -47,14 +47,14 @@ from .commit import (
     copy_file,
     fsync_dir,
     is_complete,
-    lock_waiting,
     problems,
     read_marker,
     sync_tree,
     write_marker,
 )
-from .commit import lock as _lock
-from .commit import unlock as _unlock
+from .locks import lock as _lock
+from .locks import lock_waiting
+from .locks import unlock as _unlock
 from .records import checked_metrics
 from .store import Checkpoint, CheckpointStore, _check_int
 

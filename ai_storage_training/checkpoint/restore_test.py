@@ -30,7 +30,8 @@ from ..cli import EXIT_CHECK_FAILED, EXIT_OK
 from ..cli_types import Directory, OutputFile
 from ..progress import Progress
 from . import layout
-from .commit import Marker, lock, problems, read_marker, unlock
+from .commit import Marker, problems, read_marker
+from .locks import lock, unlock
 
 READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
 

@@ -21,13 +21,13 @@ from .commit import (
     Marker,
     fsync_dir,
     is_complete,
-    lock_waiting,
     move_aside,
     problems,
     read_marker,
 )
-from .commit import lock as _lock
-from .commit import unlock as _unlock
+from .locks import lock as _lock
+from .locks import lock_waiting
+from .locks import unlock as _unlock
 
 log = logging.getLogger("ai_storage_training.checkpoint.manager")
 RUN_ID_VARIABLE = "AI_STORAGE_RUN_ID"
@@ -259,7 +259,7 @@ class CheckpointStore:
         marker, resume decisions of other runs, lock files nobody holds) for every step no live process holds;
         return the removed directories. Staging directories of this manager's own run are its saves in flight.
         The lock file of ``saving`` (the step the coordinator is about to save) stays: other ranks may be opening
-        it, and the step's commit removes it (see :func:`~ai_storage_training.checkpoint.commit.unlock`)."""
+        it, and the step's commit removes it (see :func:`~ai_storage_training.checkpoint.locks.unlock`)."""
         leftovers: dict[int, list[Path]] = {}
         for name in _names(self.directory):
             path = self.directory / name

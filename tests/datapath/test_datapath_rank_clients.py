@@ -16,14 +16,14 @@ from pathlib import Path
 import harness
 import pytest
 
-from ai_storage_training.checkpoint import commit, layout
+from ai_storage_training.checkpoint import layout, locks
 from ai_storage_training.checkpoint.commit import problems, read_marker
 
 ROOT = Path(__file__).resolve().parents[2]
 RANK = """
 import os, sys
 from ai_storage_training import CheckpointManager
-from ai_storage_training.checkpoint.commit import STALE_ENTRY_ERRORS
+from ai_storage_training.checkpoint.locks import STALE_ENTRY_ERRORS
 directory, rank, run_id, steps = sys.argv[1:5]
 stale, real_open = [], os.open
 
@@ -113,13 +113,13 @@ def test_a_lock_file_removed_by_the_other_client_is_locked_again_through_the_sta
             raise
 
     monkeypatch.setattr(os, "open", counting_open)
-    held = commit.lock(here, shared=True)
+    held = locks.lock(here, shared=True)
     assert held is not None and there.exists()  # the second client now caches the lock file's entry
-    commit.unlock(here, held)  # the last holder removes it through the first client
-    fd = commit.lock(there, shared=False)  # the second client's entry is stale for up to entry-cache seconds
+    locks.unlock(here, held)  # the last holder removes it through the first client
+    fd = locks.lock(there, shared=False)  # the second client's entry is stale for up to entry-cache seconds
     assert fd is not None and os.stat(there).st_ino == os.fstat(fd).st_ino
-    commit.unlock(there, fd)
-    assert failed and set(failed) <= set(commit.STALE_ENTRY_ERRORS), failed  # met, and retried
+    locks.unlock(there, fd)
+    assert failed and set(failed) <= set(locks.STALE_ENTRY_ERRORS), failed  # met, and retried
 
 
 def test_two_dcp_ranks_over_gloo_each_on_its_own_client_commit_every_step(clients, stack):

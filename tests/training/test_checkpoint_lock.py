@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from ai_storage_training import CheckpointManager
-from ai_storage_training.checkpoint import commit, layout
+from ai_storage_training.checkpoint import layout, locks
 from ai_storage_training.checkpoint.commit import read_marker
 from components.toolchain.render import ROOT
 
@@ -115,17 +115,17 @@ def stale_opens(monkeypatch, failures: int, code: int) -> list[str]:
 @pytest.mark.parametrize("code", [errno.EPERM, errno.ENOENT, errno.ESTALE])
 def test_a_stale_entry_of_a_removed_lock_file_is_retried_until_it_opens(tmp_path, monkeypatch, code):
     opened = stale_opens(monkeypatch, 3, code)
-    fd = commit.lock(tmp_path / ".step-00000001.lock", shared=False)
+    fd = locks.lock(tmp_path / ".step-00000001.lock", shared=False)
     assert fd is not None and len(opened) == 4
-    commit.unlock(tmp_path / ".step-00000001.lock", fd)
+    locks.unlock(tmp_path / ".step-00000001.lock", fd)
 
 
 def test_a_stale_entry_that_never_expires_fails_after_the_bound(tmp_path, monkeypatch):
-    monkeypatch.setattr(commit, "STALE_ENTRY_SECONDS", 0.3)
+    monkeypatch.setattr(locks, "STALE_ENTRY_SECONDS", 0.3)
     opened = stale_opens(monkeypatch, 10**6, errno.EPERM)
     started = time.monotonic()
     with pytest.raises(PermissionError):
-        commit.lock(tmp_path / ".step-00000001.lock", shared=False)
+        locks.lock(tmp_path / ".step-00000001.lock", shared=False)
     assert time.monotonic() - started < 0.3 + 1  # never sleeps past the bound (its pauses double from 0.02 s)
     assert len(opened) >= 4  # retried, with pauses of 0.02, 0.04, 0.08 s before the next would pass the bound
 
@@ -133,11 +133,11 @@ def test_a_stale_entry_that_never_expires_fails_after_the_bound(tmp_path, monkey
 def test_other_errors_and_a_missing_directory_fail_at_once(tmp_path, monkeypatch):
     opened = stale_opens(monkeypatch, 1, errno.EACCES)
     with pytest.raises(PermissionError):
-        commit.lock(tmp_path / ".step-00000001.lock", shared=False)
+        locks.lock(tmp_path / ".step-00000001.lock", shared=False)
     assert len(opened) == 1
     started = time.monotonic()
     with pytest.raises(FileNotFoundError):
-        commit.lock(tmp_path / "gone" / ".step-00000001.lock", shared=False)
+        locks.lock(tmp_path / "gone" / ".step-00000001.lock", shared=False)
     assert time.monotonic() - started < 1
 
 

@@ -16,6 +16,7 @@ from prometheus_client import REGISTRY
 
 from ai_storage_training import CheckpointBusyError, CheckpointManager
 from ai_storage_training.checkpoint import layout
+from ai_storage_training.checkpoint.commit import read_marker
 from ai_storage_training.checkpoint.manager import is_complete
 from components.checkpoints import offsite_script
 
@@ -49,10 +50,12 @@ def test_save_then_resume_returns_the_newest_complete_checkpoint_with_its_files(
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["step-00000010", "step-00000020"]
     marker = json.loads((tmp_path / "run" / "step-00000020" / layout.MARKER).read_text())
     model, optimizer = bytes([20]) * 1000, json.dumps({"lr": 0.1}).encode()
+    own = marker.pop("crc32c")  # the marker's own CRC32C: of its JSON without it, keys sorted
+    assert own == f"{crc32c.crc32c(json.dumps(marker, sort_keys=True).encode()):08x}"
     committed = datetime.fromisoformat(marker.pop("committed_at"))
     assert committed.utcoffset() == timedelta(0) and abs(datetime.now(timezone.utc) - committed) < timedelta(minutes=5)
     assert marker == {
-        "format": 2,
+        "format": 3,
         "step": 20,
         "run_id": manager.run_id,
         "world_size": 1,
@@ -61,6 +64,18 @@ def test_save_then_resume_returns_the_newest_complete_checkpoint_with_its_files(
             "optimizer/state.json": {"size": 11, "crc32c": f"{crc32c.crc32c(optimizer):08x}", "rank": 0},
         },
     }
+
+
+def test_a_flipped_byte_in_the_marker_makes_it_unreadable_not_a_list_of_missing_files(tmp_path):
+    manager = CheckpointManager(tmp_path, keep=None)
+    manager.save(1, lambda d: (d / ".metadata").write_bytes(b"m") and None)
+    manager.save(2, lambda d: (d / ".metadata").write_bytes(b"n") and None)
+    marker = tmp_path / layout.step_dir(2) / layout.MARKER
+    text = marker.read_text()
+    marker.write_text(text.replace('".metadata"', '".meuadata"'))  # one byte, still valid JSON
+    assert read_marker(marker.parent) is None  # not "step 2: .meuadata is missing"
+    with manager.load() as loaded:
+        assert loaded is not None and loaded.step == 1  # the torn step is passed over
 
 
 def test_a_directory_without_a_valid_marker_never_counts(tmp_path):
@@ -259,7 +274,7 @@ def test_every_file_and_directory_is_durable_before_the_rename_and_the_marker_co
 
 
 def test_discard_removes_this_runs_failed_staging_directory_but_never_one_a_live_process_holds(tmp_path):
-    from ai_storage_training.checkpoint.commit import lock, unlock
+    from ai_storage_training.checkpoint.locks import lock, unlock
 
     manager = CheckpointManager(tmp_path, run_id="run")
     staging = manager.staging_path(4)
