@@ -38,6 +38,8 @@ from .records import checked_metrics, utc_now
 SYNC_WORKERS = 16
 """Files fsynced (or checksummed) at once: on JuiceFS each fsync uploads the file's blocks."""
 CHUNK = 8 * 1024 * 1024
+PARALLEL_READS = 16 * 1024 * 1024
+"""Bytes to checksum from which :func:`problems` reads files on several threads."""
 VERIFY_MODES = ("crc32c", "size")
 
 
@@ -275,8 +277,12 @@ def problems(
             return f"{name}: {error.strerror or error}"
         return None
 
+    files = sorted(marker.files.items())
+    reads = sum(r.size for n, r in files if verify != "size" and r.crc32c is not None and n not in covered)
+    if reads < PARALLEL_READS:  # a few small files (DCP's .metadata and items files): threads cost more than they save
+        return [line for line in map(check, files) if line]
     with ThreadPoolExecutor(max_workers=SYNC_WORKERS) as pool:
-        return [line for line in pool.map(check, sorted(marker.files.items())) if line]
+        return [line for line in pool.map(check, files) if line]
 
 
 def move_aside(path: Path, into: Path) -> Path:
