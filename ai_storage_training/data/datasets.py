@@ -63,6 +63,20 @@ def positions(counts: list[int], shard_ids: list[int], buffer: int, rng: random.
     return out
 
 
+def load_loader_state(loader: Any, state: dict[str, Any]) -> None:
+    """``loader.load_state_dict(state)`` (torchdata's StatefulDataLoader), refused in one line when the state was
+    saved with another number of DataLoader workers: each worker's position is its own, and torchdata says only
+    ``AssertionError`` then."""
+    main = (state.get("_snapshot") or {}).get("_main_snapshot") or {}  # a multiprocess loader's state (torchdata)
+    saved, current = int(main.get("_num_workers", 0)), int(getattr(loader, "num_workers", 0))
+    if saved != current:
+        raise ValueError(
+            f"num_workers: the saved DataLoader position is of {saved} worker(s), this loader has {current}; "
+            f"resume with num_workers={saved} (each worker's position is its own), or start the epoch again"
+        )
+    loader.load_state_dict(state)
+
+
 def where_in_the_job() -> tuple[int, int]:
     """This process's rank and the world size: torch.distributed's when it is initialized, else torchrun's
     ``RANK`` and ``WORLD_SIZE``, else 0 of 1. Called where the dataset is made (the main process): in a DataLoader

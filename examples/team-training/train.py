@@ -42,7 +42,7 @@ from ai_storage_training import metrics
 from ai_storage_training.checkpoint import lag, promotion
 from ai_storage_training.checkpoint.async_save import AsyncCheckpointer
 from ai_storage_training.checkpoint.dcp import restore
-from ai_storage_training.data.datasets import ShardDataset
+from ai_storage_training.data.datasets import ShardDataset, load_loader_state
 from ai_storage_training.data.manifest import DIR_VARIABLE
 
 FEATURES, BATCH = 16, 8
@@ -75,7 +75,7 @@ class DataPosition:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.epoch, self.samples, self.keys = int(state["epoch"]), int(state["samples"]), str(state["keys"])
-        self.loader.load_state_dict(json.loads(state["loader"]))
+        load_loader_state(self.loader, json.loads(state["loader"]))  # another worker count: one clear line
 
 
 def training_state(model, optimizer, step: int, rank: int, position: DataPosition) -> dict:

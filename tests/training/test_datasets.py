@@ -274,3 +274,25 @@ def test_a_version_with_fewer_shards_than_ranks_x_workers_is_refused_naming_the_
     assert list(ShardDataset(version, rank=0, world_size=2, even=False))  # workers without a shard: allowed
     with pytest.raises(mf.DatasetError, match="has 16 shards for 32 ranks x 16 DataLoader workers"):
         list(ShardDataset(version, rank=0, world_size=32, even=False))  # ranks without one: refused
+
+
+def test_a_loader_position_saved_with_other_workers_is_refused_in_one_line(version):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from ai_storage_training.data.datasets import load_loader_state
+
+    def loader(workers: int) -> StatefulDataLoader:
+        dataset = ShardDataset(version, rank=0, world_size=1, shuffle_buffer=4)
+        return StatefulDataLoader(dataset, batch_size=3, num_workers=workers, collate_fn=lambda b: b)
+
+    two = loader(2)
+    batches = iter(two)
+    next(batches), next(batches)
+    state = two.state_dict()
+    with pytest.raises(
+        ValueError, match=r"^num_workers: the saved DataLoader position is of 2 worker\(s\), this loader has 1"
+    ):
+        load_loader_state(loader(1), state)
+    again = loader(2)
+    load_loader_state(again, state)  # the same count: torchdata takes it
+    assert len(list(again)) > 0
