@@ -147,7 +147,9 @@ class AsyncCheckpointer:
         if self.overlap and not self._guarded:
             raise ValueError(
                 "overlap: the staging copy runs while the job trains on; attach the guard first: "
-                "checkpointer.protect(optimizer, model)"
+                "checkpointer.protect(optimizer, model). It covers the optimizer's step and the modules' forward "
+                "only: any other in-place change of the state (a hand edit, an EMA, a scheduler writing tensors) must "
+                "wait for checkpointer.wait_staged(), or the checkpoint is torn and still validates"
             )
         writer = self.manager.writer(step, metrics=metrics)  # a bad metric is refused before anything starts
         started = self._admit(step)

@@ -18,6 +18,7 @@ import json
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,10 +48,12 @@ def diagnose(
     stale_minutes: float = 60.0,
     profile: str = "quick",
     seconds: int = 60,
+    say: Callable[[str], object] = lambda _: None,
 ) -> dict[str, Any]:
     """Run every test on ``path`` (and read the checkpoint directory ``checkpoints``); return the report.
     ``profile="design"``: the design's load (``design.py``) in ``seconds`` at most instead of the quick reads;
-    DesignRefusedError before anything is written when its files do not fit."""
+    DesignRefusedError before anything is written when its files do not fit. ``say`` is told each test as it
+    starts (the command line prints it on stderr: a run takes tens of seconds)."""
     mountpoint, fstype = mount_of(path)
     report: dict[str, Any] = {
         "path": str(path),
@@ -61,20 +64,24 @@ def diagnose(
     }
     files = data_files(path, read_mib * MIB)
     if profile == "design":
+        say(f"the design's load with fio on {checkpoint_dir or path} (at most {seconds} s)")
         report["design"] = design_test(checkpoint_dir or path, read_mib * MIB, seconds)
         report["reads"] = design_reads(report["design"])
-        if files:
-            report["prefetch"] = prefetch_test(files, step_ms)
     elif files:
         fio = shutil.which("fio") is not None if use_fio is None else use_fio
+        say(f"reading {len(files)} files ({read_mib} MiB at most) of {path}, sequential and random")
         report["reads"] = read_tests(files, read_mib * MIB, fio)
-        report["prefetch"] = prefetch_test(files, step_ms)
     else:
         report["reads"] = {"skipped": f"no data files under {path}"}
+    if files:
+        say("prefetching: the files read as a job would, one step at a time")
+        report["prefetch"] = prefetch_test(files, step_ms)
+    say(f"{saves} test checkpoints of {checkpoint_mib} MiB in {checkpoint_dir or path}")
     report["checkpoint"] = checkpoint_test(checkpoint_dir or path, checkpoint_mib * MIB, saves)
     report["juicefs"] = juicefs_state(mountpoint) if fstype == JUICEFS_FSTYPE else None
     report["findings"] = figure_findings(report) + tool_findings(report)
     if checkpoints is not None:
+        say(f"reading the checkpoints of {checkpoints} ({verify})")
         report["checkpoints"] = inspect(checkpoints, verify=verify, stale_minutes=stale_minutes)
         report["findings"] += checkpoint_findings(report["checkpoints"])
     report["status"] = verdict(report["findings"])
@@ -184,4 +191,5 @@ def _diagnose(args: argparse.Namespace) -> dict[str, Any]:
         stale_minutes=args.stale_minutes,
         profile=args.profile,
         seconds=args.seconds,
+        say=lambda what: print(f"{cli.PROG} doctor: {what}", file=sys.stderr, flush=True),
     )

@@ -67,6 +67,8 @@ def test_doctor_reports_every_figure_on_a_plain_directory(data, tmp_path, reques
         assert f"{f['status'].upper():<8} ({THRESHOLDS[f['figure']].describe()})" in proc.stdout
     assert f"verdict: {report['status'].upper()}" in proc.stdout
     assert sorted(p.name for p in data.rglob("*")) == before  # its test checkpoints are gone
+    said = [line.split("doctor: ", 1)[1] for line in proc.stderr.splitlines() if " doctor: " in line]
+    assert [line.split()[0] for line in said] == ["reading", "prefetching:", "2"], proc.stderr
 
 
 def test_doctor_skips_what_it_cannot_measure_and_says_why(tmp_path):

@@ -93,7 +93,7 @@ def test_overlap_returns_before_the_copy_and_the_guard_waits_for_it_before_the_s
     expected = snapshot(model, optimizer)
     blocked = REGISTRY.get_sample_value("ai_storage_checkpoint_blocked_seconds_sum") or 0.0
     with AsyncCheckpointer(manager, lag=lag.CheckpointLag(), overlap=True) as checkpointer:
-        with pytest.raises(ValueError, match=r"overlap: .*checkpointer.protect\(optimizer, model\)"):
+        with pytest.raises(ValueError, match=r"overlap: .*checkpointer.protect\(optimizer, model\)\. It covers .*torn"):
             checkpointer.save_dcp(1, state_of(model, optimizer))
         checkpointer.protect(optimizer, model)
         started = time.monotonic()
