@@ -54,6 +54,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict  # noqa: E402
 
 from ai_storage_training.checkpoint import dcp as managed  # noqa: E402
 from ai_storage_training.checkpoint.async_save import AsyncCheckpointer  # noqa: E402
+from ai_storage_training.checkpoint.dcp import ManagedWriter  # noqa: E402
 from ai_storage_training.checkpoint.dcp_reader import restore as managed_restore  # noqa: E402
 from ai_storage_training.checkpoint.lag import CheckpointLag  # noqa: E402
 from ai_storage_training.checkpoint.manager import CheckpointManager  # noqa: E402
@@ -266,7 +267,7 @@ def restore(job: Job, root: Path, repeat: int, cold: bool = True) -> dict:
     """4: validated restore over a plain DCP load of the same checkpoint, cold page cache before each (the
     target), and the same pair from the page cache (what the check and the copies cost the CPU)."""
     manager = CheckpointManager(root / "restore", keep=1)
-    dcp.save(job.state(), storage_writer=manager.writer(1))
+    dcp.save(job.state(), storage_writer=ManagedWriter(manager, 1))
     path = manager.final_path(1)
 
     def plain() -> float:

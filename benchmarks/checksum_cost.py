@@ -34,6 +34,7 @@ import torch  # noqa: E402
 import torch.distributed.checkpoint as dcp  # noqa: E402
 
 from ai_storage_training import Checkpoint, CheckpointManager  # noqa: E402
+from ai_storage_training.checkpoint.dcp import ManagedWriter  # noqa: E402
 
 
 def median_seconds(repeat: int, setup: Callable[[], object], run: Callable[[], object]) -> float:
@@ -104,7 +105,7 @@ def main() -> None:
         args.repeat, fresh, lambda: dcp.save(state, storage_writer=dcp.FileSystemWriter(root / "p"))
     )
     managed_dcp = median_seconds(
-        args.repeat, fresh, lambda: dcp.save(state, storage_writer=manager().writer(next(step)))
+        args.repeat, fresh, lambda: dcp.save(state, storage_writer=ManagedWriter(manager(), next(step)))
     )
 
     def plain_files() -> None:

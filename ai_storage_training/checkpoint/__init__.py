@@ -10,7 +10,8 @@ torch.distributed), ``staging.py`` (the stagers of asynchronous saves). In the b
 durable one). ``restore_test.py`` is the scheduled restore test.
 
 The DCP writer and reader depend on the manager through what it is (its directory, rank, locks), never the other
-way round: the manager imports them only when asked for one.
+way round: the manager knows nothing of DCP or torch (an import contract in pyproject.toml, imports inside
+functions included).
 """
 
 from .manager import Checkpoint, CheckpointBusyError, CheckpointInvalidError, CheckpointManager

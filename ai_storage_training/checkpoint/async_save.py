@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import metrics as exported
@@ -45,19 +45,6 @@ log = logging.getLogger(__name__)
 
 class CheckpointSaveError(RuntimeError):
     """A checkpoint save that ran in the background failed (the cause is chained)."""
-
-
-def _file_name(name: object) -> str:
-    """``name`` if it is a relative, visible file name inside a checkpoint; else ValueError naming it."""
-    path = PurePosixPath(name) if isinstance(name, str) else None
-    if path is None or not path.parts or path.is_absolute() or any(p.startswith(".") for p in path.parts):
-        raise ValueError(
-            f"buffers: expected relative file names without '..' or hidden parts, e.g. 'model.bin'; got {name!r}"
-        )
-    assert isinstance(name, str)
-    if name == layout.MARKER:
-        raise ValueError(f"buffers: the name {layout.MARKER!r} is the checkpoint's marker; choose another file name")
-    return name
 
 
 def _write_files(copies: dict[str, bytes]) -> Callable[[Path], None]:
@@ -118,7 +105,7 @@ class AsyncCheckpointer:
         recorded in its marker; return the save's Future (its result is the manager's Checkpoint)."""
         if not isinstance(buffers, Mapping) or not buffers:
             raise ValueError(f"buffers: expected a non-empty dict of file name -> bytes-like; got {type(buffers)!r}")
-        names = [_file_name(name) for name in buffers]
+        names = [layout.file_name(name, "buffers") for name in buffers]
         recorded = checked_metrics(metrics)
         started = self._admit(step)
         copies = {name: memoryview(buffers[name]).tobytes() for name in names}  # the job may change them now
@@ -135,11 +122,12 @@ class AsyncCheckpointer:
         metrics: Mapping[str, float] | None = None,
         **async_save_kwargs: Any,
     ) -> Future:
-        """``torch.distributed.checkpoint.async_save(state_dict, storage_writer=manager.writer(step, metrics=...),
-        ...)`` with
-        this checkpointer's stager for the slot (or ``async_stager=`` of the caller's own), tracked like
-        :meth:`save` (every rank calls it; the writer commits the step once, on the coordinator). Returns once the
-        state is staged (with ``overlap``: once staging started); the Future is done when the step is saved."""
+        """``torch.distributed.checkpoint.async_save(state_dict, storage_writer=ManagedWriter(manager, step,
+        metrics=...), ...)`` with this checkpointer's stager for the slot (or ``async_stager=`` of the caller's own),
+        tracked like :meth:`save` (every rank calls it; the writer commits the step once, on the coordinator);
+        ``storage_writer=`` a ManagedWriter of the step of your own (a subclass, writer options).
+        Returns once the state is staged (with ``overlap``: once staging started); the Future is done when the step
+        is saved."""
         from torch.distributed.checkpoint import async_save
 
         from .staging import make_stager, sync_device
@@ -151,7 +139,7 @@ class AsyncCheckpointer:
                 "only: any other in-place change of the state (a hand edit, an EMA, a scheduler writing tensors) must "
                 "wait for checkpointer.wait_staged(), or the checkpoint is torn and still validates"
             )
-        writer = self.manager.writer(step, metrics=metrics)  # a bad metric is refused before anything starts
+        writer = self._writer(step, metrics, async_save_kwargs.pop("storage_writer", None))
         started = self._admit(step)
         slot = self._next_slot()
         if self.max_in_flight > 1:  # saves in flight never share a group: their collectives would interleave
@@ -179,6 +167,23 @@ class AsyncCheckpointer:
             wait_futures([staged])  # never torn: the job may change its tensors only once they are copied
         exported.BLOCKED_SECONDS.observe(time.monotonic() - started)
         return upload
+
+    def _writer(self, step: int, metrics: Mapping[str, float] | None, given: Any) -> Any:
+        """The step's DCP writer: ``given`` (of this manager and step) or a new one; bad metrics refused here."""
+        from .dcp import ManagedWriter
+
+        if given is None:
+            return ManagedWriter(self.manager, step, metrics=metrics)
+        if not isinstance(given, ManagedWriter) or given.manager is not self.manager or given.step != step:
+            raise ValueError(
+                f"storage_writer: expected ManagedWriter(manager, {step}, ...) of this checkpointer's manager; got "
+                f"{type(given).__name__} (the step and the manager name the directory the save commits to)"
+            )
+        if metrics is not None:
+            raise ValueError(
+                "metrics: with storage_writer=, give them to it: ManagedWriter(manager, step, metrics=...)"
+            )
+        return given
 
     def protect(self, optimizer: Any = None, *modules: Any) -> list[Any]:
         """Attach the guard of ``overlap``: the optimizer's step (``register_step_pre_hook``) and each module's

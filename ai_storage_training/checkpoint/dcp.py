@@ -3,11 +3,11 @@
 Save (every rank; ``dcp.async_save`` the same way, with the default thread executor, or ``AsyncCheckpointer``)::
 
     manager = CheckpointManager(os.environ["AI_STORAGE_CHECKPOINT_DIR"], keep=3)
-    dcp.save(state, storage_writer=manager.writer(step))
+    dcp.save(state, storage_writer=ManagedWriter(manager, step))
 
 Load (every rank; None when there is nothing to resume from; ``dcp_reader``, whose names are importable from here)::
 
-    checkpoint = restore(manager, state)        # dcp.load through manager.reader(), falling back past a bad step
+    checkpoint = restore(manager, state)        # dcp.load through open_reader(), falling back past a bad step
 
 :class:`ManagedWriter` builds on DCP's ``FileSystemWriter``: every rank writes its shard files into the step's
 staging directory ``.step-NNNNNNNN.tmp-<run id>/`` (DCP fsyncs each file; a CRC32C is computed from the bytes as
@@ -60,7 +60,7 @@ from .records import checked_metrics
 
 log = logging.getLogger(__name__)
 
-if TYPE_CHECKING:  # the manager imports this module when asked for a DCP writer or reader
+if TYPE_CHECKING:  # the manager knows nothing of DCP: this module builds on it
     from .manager import CheckpointManager
 
 METADATA = ".metadata"

@@ -150,7 +150,7 @@ class _CheckingPlanner:
 
 def open_reader(
     manager: CheckpointManager,
-    step: int | None,
+    step: int | None = None,
     *,
     rollback: bool = False,
     timeout: float = 30.0,
@@ -232,7 +232,7 @@ def restore(
     extension_registry: Any = None,
     **load_kwargs: Any,
 ) -> Checkpoint | None:
-    """``dcp.load(state_dict, storage_reader=manager.reader(...))`` on every rank; returns the checkpoint loaded,
+    """``dcp.load(state_dict, storage_reader=open_reader(manager, ...))`` on every rank; returns the checkpoint loaded,
     or None when there is nothing to resume from (``require`` raises then). An item found corrupt while reading
     refuses the step (moved to ``.refused/``) and the load starts again from the newest step that validates, which
     overwrites everything the refused one had loaded; with ``step`` given, or no older step left,

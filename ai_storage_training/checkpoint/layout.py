@@ -20,6 +20,7 @@ components import this module.
 from __future__ import annotations
 
 import re
+from pathlib import PurePosixPath
 
 MARKER = "COMPLETE"
 """The file written last inside a checkpoint directory; a directory without it is in flight or torn."""
@@ -106,3 +107,17 @@ def parse_resume(name: str) -> str | None:
     """The run id of a resume decision file's name, else None."""
     m = _RESUME.match(name)
     return m.group(1) if m else None
+
+
+def file_name(name: object, key: str) -> str:
+    """``name`` if it is a relative, visible file name inside a checkpoint other than the marker; else ValueError
+    naming ``key`` (the argument that gave it)."""
+    path = PurePosixPath(name) if isinstance(name, str) else None
+    if path is None or not path.parts or path.is_absolute() or any(p.startswith(".") for p in path.parts):
+        raise ValueError(
+            f"{key}: expected relative file names without '..' or hidden parts, e.g. 'model.bin'; got {name!r}"
+        )
+    assert isinstance(name, str)
+    if name == MARKER:
+        raise ValueError(f"{key}: the name {MARKER!r} is the checkpoint's marker; choose another file name")
+    return name

@@ -9,7 +9,8 @@ API (what the async layer, promotion and DCP build on)::
     manager.validate(step)         # CheckpointInvalidError naming each differing file
     manager.rollback_to(step)      # retire every newer step so the job can save them again
     manager.save_copy(source_dir)  # promotion: copy a committed checkpoint here, verified against its marker
-    manager.writer(step) / manager.reader(step=None, rollback=False)   # torch.distributed.checkpoint (dcp.py)
+    # torch.distributed.checkpoint builds on it, the manager knowing nothing of it: dcp.ManagedWriter(manager,
+    # step), dcp_reader.open_reader(manager) / restore(manager, state)
     manager.staging_path(step) + commit(step, staging, files)   # commit files made durable elsewhere (records:
                                    # commit.sync_tree / copy_file / crc32c_file); read_marker, problems: commit.py
 
@@ -35,7 +36,6 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from .. import metrics as exported
 from . import layout, ranks
@@ -57,10 +57,6 @@ from .locks import lock_waiting
 from .locks import unlock as _unlock
 from .records import checked_metrics
 from .store import Checkpoint, CheckpointStore, _check_int
-
-if TYPE_CHECKING:
-    from .dcp import ManagedWriter
-    from .dcp_reader import ManagedReader
 
 __all__ = ["Checkpoint", "CheckpointBusyError", "CheckpointInvalidError", "CheckpointManager", "is_complete"]
 
@@ -311,25 +307,6 @@ class CheckpointManager(CheckpointStore):
             _unlock(self._lock_path(marker.step), fd)
         self.retain()
         return checkpoint
-
-    def writer(self, step: int, *, metrics: Mapping[str, float] | None = None, **options: Any) -> ManagedWriter:
-        """A ``torch.distributed.checkpoint`` storage writer saving ``step`` through this manager (with
-        ``metrics`` recorded in the marker by the coordinator)."""
-        from .dcp import ManagedWriter
-
-        return ManagedWriter(self, step, metrics=metrics, **options)
-
-    def reader(
-        self, step: int | None = None, *, rollback: bool = False, require: bool = False, extension_registry: Any = None
-    ) -> ManagedReader | None:
-        """A ``torch.distributed.checkpoint`` storage reader of the newest checkpoint that validates (or ``step``),
-        leased until its data is read, verifying each item as it reads it; None when there is nothing to resume
-        from (``require`` raises FileNotFoundError instead). ``rollback`` as in :meth:`load`. ``dcp_reader.restore``
-        loads through it and falls back past a step refused while reading. ``extension_registry``: DCP's registry of
-        the stream extensions the checkpoint was written with (``_extensions=`` of the writer)."""
-        from .dcp_reader import open_reader
-
-        return open_reader(self, step, rollback=rollback, require=require, extension_registry=extension_registry)
 
 
 def _copy_one(source: Path, staging: Path, name: str, expected: FileRecord) -> str | None:

@@ -92,7 +92,7 @@ class CheckpointStore:
         if self._run_id is None:
             raise ValueError(
                 f"run_id: expected an id shared by every rank of this attempt (world_size {self.world_size}); "
-                f"pass run_id= or set ${RUN_ID_VARIABLE} (torch.distributed jobs get one through manager.writer())"
+                f"pass run_id= or set ${RUN_ID_VARIABLE} (torch.distributed jobs get one through dcp.ManagedWriter)"
             )
         return self._run_id
 

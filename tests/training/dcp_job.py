@@ -128,7 +128,7 @@ def run_rank(rank: int, world_size: int, directory: str, records: str, run_id: s
         state = {"model": model_state, "optim": optim_state, "table": table, "extra": {"step": step}}
         if pending is not None:
             pending.result()  # at most one save in flight; a background failure surfaces here
-        pending = dcp.async_save(state, storage_writer=manager.writer(step), process_group=saves)
+        pending = dcp.async_save(state, storage_writer=ManagedWriter(manager, step), process_group=saves)
         time.sleep(float(os.environ.get("DCP_JOB_STEP_SECONDS", "0.05")))
     if pending is not None:
         pending.result()
@@ -165,20 +165,16 @@ def resumed(records: Path, run_id: str) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(records.glob(f"resume-{run_id}-*.json"))]
 
 
-def manager_writing_after(directory: Path, before_write: Callable[[], object]) -> CheckpointManager:
-    """A CheckpointManager (keep all) whose DCP writers call ``before_write()`` before each rank writes its files:
-    a write held at a gate, or one that fails."""
+def writer_calling(before_write: Callable[[], object]) -> type[ManagedWriter]:
+    """A ManagedWriter that calls ``before_write()`` before each rank writes its files: a write held at a gate, or
+    one that fails (``save_dcp(step, state, storage_writer=Writer(manager, step))``)."""
 
     class Writer(ManagedWriter):
         def write_data(self, plan, planner):
             before_write()
             return super().write_data(plan, planner)
 
-    class Manager(CheckpointManager):
-        def writer(self, step, **options):
-            return Writer(self, step, **options)
-
-    return Manager(directory, keep=None)
+    return Writer
 
 
 def committed_steps_are_whole(directory: Path) -> list[int]:

@@ -13,6 +13,7 @@ from prometheus_client import REGISTRY
 from ai_storage_training import CheckpointManager
 from ai_storage_training.checkpoint import lag
 from ai_storage_training.checkpoint.async_save import AsyncCheckpointer, CheckpointSaveError
+from ai_storage_training.checkpoint.dcp import open_reader
 
 
 def sample(name: str) -> float:
@@ -196,22 +197,23 @@ def test_a_dcp_async_save_returns_before_the_write_and_holds_a_copy_of_the_state
     torch = pytest.importorskip("torch")
     import torch.distributed.checkpoint as dcp
 
-    from tests.training.dcp_job import manager_writing_after
+    from tests.training.dcp_job import writer_calling
 
     gate = threading.Event()
 
     def slow() -> None:
         assert gate.wait(60), "the test never opened the gate"
 
-    manager = manager_writing_after(tmp_path, slow)
+    manager = CheckpointManager(tmp_path, keep=None)
     weights = torch.arange(1024, dtype=torch.float32)
     with AsyncCheckpointer(manager, lag=own_lag) as checkpointer:
-        future = checkpointer.save_dcp(3, {"weights": weights, "train": {"step": 3}})
+        writer = writer_calling(slow)(manager, 3)
+        future = checkpointer.save_dcp(3, {"weights": weights, "train": {"step": 3}}, storage_writer=writer)
         assert not future.done() and manager.latest() is None and own_lag.in_flight() == 1
         weights.fill_(-1.0)  # the job trains on while the write waits
         gate.set()
     assert future.done() and future.exception() is None and manager.latest().step == 3
     restored = {"weights": torch.zeros(1024), "train": {"step": -1}}
-    dcp.load(restored, storage_reader=manager.reader())
+    dcp.load(restored, storage_reader=open_reader(manager))
     assert torch.equal(restored["weights"], torch.arange(1024, dtype=torch.float32)) and restored["train"]["step"] == 3
     assert own_lag.in_flight() == 0 and own_lag.steps() == 0

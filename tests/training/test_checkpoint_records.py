@@ -16,6 +16,7 @@ import pytest
 from ai_storage_training.checkpoint import layout
 from ai_storage_training.checkpoint.async_save import AsyncCheckpointer
 from ai_storage_training.checkpoint.commit import read_marker
+from ai_storage_training.checkpoint.dcp import ManagedWriter
 from ai_storage_training.checkpoint.listing import listing, table
 from ai_storage_training.checkpoint.manager import CheckpointManager
 from ai_storage_training.doctor.checkpoints import inspect
@@ -80,7 +81,7 @@ def test_the_dcp_writer_and_save_dcp_record_the_metrics(tmp_path):
 
     manager = CheckpointManager(tmp_path, keep=None)
     state = {"weights": torch.arange(64, dtype=torch.float32)}
-    dcp.save(state, storage_writer=manager.writer(1, metrics={"loss": torch.tensor(0.5)}))
+    dcp.save(state, storage_writer=ManagedWriter(manager, 1, metrics={"loss": torch.tensor(0.5)}))
     with AsyncCheckpointer(manager) as checkpointer:
         checkpointer.save_dcp(2, state, metrics={"loss": 0.25, "tokens_seen": 4096})
         with pytest.raises(ValueError, match="loss: expected a finite number"):

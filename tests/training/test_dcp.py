@@ -17,7 +17,11 @@ from torch.distributed.checkpoint.api import CheckpointException  # noqa: E402
 from ai_storage_training import CheckpointInvalidError, CheckpointManager  # noqa: E402
 from ai_storage_training.checkpoint import commit, layout  # noqa: E402
 from ai_storage_training.checkpoint.commit import read_marker  # noqa: E402
-from ai_storage_training.checkpoint.dcp import restore  # noqa: E402
+from ai_storage_training.checkpoint.dcp import (  # noqa: E402
+    ManagedWriter,
+    open_reader,
+    restore,
+)
 from tests.training import dcp_job  # noqa: E402
 from tests.training.corruption import flip_byte  # noqa: E402
 
@@ -44,11 +48,11 @@ def test_a_rollback_lets_a_single_process_save_the_abandoned_steps_again(tmp_pat
     model, optimizer = dcp_job.make()
     for step in (1, 2, 3):
         dcp_job.train(model, optimizer, step)
-        dcp.save({"model": model.state_dict(), "step": {"n": step}}, storage_writer=manager.writer(step))
+        dcp.save({"model": model.state_dict(), "step": {"n": step}}, storage_writer=ManagedWriter(manager, step))
     with pytest.raises(CheckpointException, match=r"FileExistsError: checkpoint .*step-00000002 already exists"):
-        dcp.save({"model": model.state_dict()}, storage_writer=manager.writer(2))
+        dcp.save({"model": model.state_dict()}, storage_writer=ManagedWriter(manager, 2))
     state = {"model": dcp_job.make()[0].state_dict(), "step": {"n": -1}}
-    reader = manager.reader(1, rollback=True)
+    reader = open_reader(manager, 1, rollback=True)
     assert reader is not None and reader.checkpoint.step == 1
     dcp.load(state, storage_reader=reader)
     assert state["step"]["n"] == 1 and [c.step for c in manager.checkpoints()] == [1]
@@ -56,7 +60,7 @@ def test_a_rollback_lets_a_single_process_save_the_abandoned_steps_again(tmp_pat
         "step-00000002",
         "step-00000003",
     ]
-    dcp.save({"model": model.state_dict(), "step": {"n": 2}}, storage_writer=manager.writer(2))
+    dcp.save({"model": model.state_dict(), "step": {"n": 2}}, storage_writer=ManagedWriter(manager, 2))
     assert [c.step for c in manager.checkpoints()] == [1, 2]
 
 
@@ -79,7 +83,7 @@ def test_dcp_saves_and_restores_are_measured_and_a_refusal_counted(tmp_path):
         sample("ai_storage_checkpoint_restore_seconds_count"),
     )
     for step in (1, 2):
-        dcp.save({"model": model.state_dict()}, storage_writer=manager.writer(step))
+        dcp.save({"model": model.state_dict()}, storage_writer=ManagedWriter(manager, step))
     assert sample("ai_storage_checkpoint_save_seconds_count") == saves + 2
     shard = tmp_path / layout.step_dir(2) / "__0_0.distcp"
     data = shard.read_bytes()
@@ -94,12 +98,12 @@ def test_dcp_saves_and_restores_are_measured_and_a_refusal_counted(tmp_path):
 def test_the_writer_and_reader_refuse_what_would_bypass_the_manager(tmp_path):
     manager = CheckpointManager(tmp_path)
     with pytest.raises(ValueError, match="sync_files/overwrite: the manager always fsyncs"):
-        manager.writer(1, sync_files=False)
+        ManagedWriter(manager, 1, sync_files=False)
     with pytest.raises(ValueError, match="step: expected a non-negative integer"):
-        manager.writer(-1)
+        ManagedWriter(manager, -1)
     with pytest.raises(ValueError, match="checkpoint_id: the manager names the directory"):
-        dcp.save({"x": torch.zeros(1)}, checkpoint_id=tmp_path / "elsewhere", storage_writer=manager.writer(1))
-    assert manager.reader() is None and not (tmp_path / "elsewhere").exists()
+        dcp.save({"x": torch.zeros(1)}, checkpoint_id=tmp_path / "elsewhere", storage_writer=ManagedWriter(manager, 1))
+    assert open_reader(manager) is None and not (tmp_path / "elsewhere").exists()
 
 
 def test_a_restore_reads_each_byte_of_the_data_once_and_still_refuses_a_flipped_one(tmp_path, monkeypatch):
@@ -108,7 +112,7 @@ def test_a_restore_reads_each_byte_of_the_data_once_and_still_refuses_a_flipped_
     manager = CheckpointManager(tmp_path, keep=None)
     model, _ = dcp_job.make()
     for step in (1, 2):
-        dcp.save({"model": model.state_dict(), "n": {"step": step}}, storage_writer=manager.writer(step))
+        dcp.save({"model": model.state_dict(), "n": {"step": step}}, storage_writer=ManagedWriter(manager, step))
     read_whole: list[str] = []
     summed = commit.crc32c_file
     monkeypatch.setattr(commit, "crc32c_file", lambda path: read_whole.append(Path(path).name) or summed(path))
@@ -126,7 +130,7 @@ def test_a_restore_reads_each_byte_of_the_data_once_and_still_refuses_a_flipped_
 def test_a_step_refused_while_loading_with_no_older_one_says_the_state_is_partly_loaded(tmp_path):
     manager = CheckpointManager(tmp_path, keep=None)
     model, _ = dcp_job.make()
-    dcp.save({"model": model.state_dict()}, storage_writer=manager.writer(1))
+    dcp.save({"model": model.state_dict()}, storage_writer=ManagedWriter(manager, 1))
     shard = tmp_path / layout.step_dir(1) / "__0_0.distcp"
     flip_byte(shard, -10)
     with pytest.raises(CheckpointInvalidError, match=r"step 1 .* refused while loading .*partly loaded"):
@@ -136,7 +140,7 @@ def test_a_step_refused_while_loading_with_no_older_one_says_the_state_is_partly
 def test_after_every_step_was_refused_the_next_start_says_where_they_are_and_how_to_stop(tmp_path, caplog):
     manager = CheckpointManager(tmp_path, keep=None)
     model, _ = dcp_job.make()
-    dcp.save({"model": model.state_dict()}, storage_writer=manager.writer(1))
+    dcp.save({"model": model.state_dict()}, storage_writer=ManagedWriter(manager, 1))
     flip_byte(tmp_path / layout.step_dir(1) / "__0_0.distcp", -10)
     with pytest.raises(CheckpointInvalidError):
         restore(manager, {"model": dcp_job.make()[0].state_dict()})  # the first start: refused, moved aside
@@ -164,5 +168,5 @@ def test_no_checkpoint_is_said_once_naming_the_directory_and_can_be_required(tmp
         restore(CheckpointManager(missing), state, require=True)
     monkeypatch.setenv("AI_STORAGE_REQUIRE_CHECKPOINT", "1")
     with pytest.raises(FileNotFoundError, match=rf"{empty} exists but holds no committed checkpoint"):
-        CheckpointManager(empty).reader()
+        open_reader(CheckpointManager(empty))
     assert not missing.exists()  # nothing created by looking

@@ -18,7 +18,11 @@ from torch.distributed.checkpoint.filesystem import _StorageInfo  # noqa: E402
 
 from ai_storage_training import CheckpointInvalidError, CheckpointManager  # noqa: E402
 from ai_storage_training.checkpoint import checked_item, layout  # noqa: E402
-from ai_storage_training.checkpoint.dcp import restore  # noqa: E402
+from ai_storage_training.checkpoint.dcp import (  # noqa: E402
+    ManagedWriter,
+    open_reader,
+    restore,
+)
 from tests.training.corruption import flip_byte  # noqa: E402
 
 ROWS = 512  # 1 MiB per fp32 tensor: torch.load reads its data in one read of more than IN_ORDER bytes
@@ -42,7 +46,7 @@ def flip(path: Path, name: str, at: int) -> None:
 
 def test_every_byte_is_read_from_storage_once_straight_into_the_tensors(tmp_path, monkeypatch):
     manager = CheckpointManager(tmp_path)
-    dcp.save(state(1.0), storage_writer=manager.writer(1))
+    dcp.save(state(1.0), storage_writer=ManagedWriter(manager, 1))
     data = sum(p.stat().st_size for p in manager.final_path(1).glob("*.distcp"))
     reads: list[int] = []
     preadv = os.preadv
@@ -59,7 +63,7 @@ def test_a_corrupt_item_never_reaches_the_state(tmp_path):
     """The item is checked before DCP copies what torch.load read from it into the state: with the step named
     (no fallback), the load stops at tensor c; a and b are loaded, c and d keep their values."""
     manager = CheckpointManager(tmp_path)
-    dcp.save(state(1.0), storage_writer=manager.writer(1))
+    dcp.save(state(1.0), storage_writer=ManagedWriter(manager, 1))
     flip(manager.final_path(1), "c", at=-4096)  # in c's data, well before the zip directory at its end
     loaded = state(-10.0)
     with pytest.raises(CheckpointInvalidError, match=r"step 1 .* refused while loading .*partly loaded"):
@@ -75,7 +79,7 @@ def test_an_item_torch_cannot_read_is_refused_as_corrupt_and_the_load_falls_back
     the written ones), so the step is refused and the load goes on from the step before."""
     manager = CheckpointManager(tmp_path, keep=None)
     for step in (1, 2):
-        dcp.save(state(float(step)), storage_writer=manager.writer(step))
+        dcp.save(state(float(step)), storage_writer=ManagedWriter(manager, step))
     flip(manager.final_path(2), "b", at=0)  # the local header's signature
     loaded = state(0.0)
     assert restore(manager, loaded).step == 1
@@ -127,13 +131,13 @@ def test_a_checkpoint_written_with_a_custom_stream_extension_restores_when_its_r
 
     manager = CheckpointManager(tmp_path)
     saved = {"w": torch.arange(4096, dtype=torch.uint8).reshape(64, 64), "b": torch.randn(33)}
-    dcp.save(saved, storage_writer=manager.writer(1, _extensions=[Rot13Example()]))
+    dcp.save(saved, storage_writer=ManagedWriter(manager, 1, _extensions=[Rot13Example()]))
     registry = ExtensionRegistry()
     registry.register(Rot13Example)
     loaded = {"w": torch.zeros(64, 64, dtype=torch.uint8), "b": torch.zeros(33)}
     assert restore(manager, loaded, extension_registry=registry).step == 1
     assert torch.equal(loaded["w"], saved["w"]) and torch.equal(loaded["b"], saved["b"])
-    reader = manager.reader(extension_registry=registry)
+    reader = open_reader(manager, extension_registry=registry)
     assert reader is not None
     again = {"w": torch.zeros(64, 64, dtype=torch.uint8), "b": torch.zeros(33)}
     dcp.load(again, storage_reader=reader)

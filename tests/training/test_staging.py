@@ -18,7 +18,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict  # noqa: E402
 from ai_storage_training import CheckpointManager  # noqa: E402
 from ai_storage_training.checkpoint import dcp, lag, staging  # noqa: E402
 from ai_storage_training.checkpoint.async_save import AsyncCheckpointer, CheckpointSaveError  # noqa: E402
-from tests.training.dcp_job import manager_writing_after  # noqa: E402
+from tests.training.dcp_job import writer_calling  # noqa: E402
 
 STAGING_SECONDS = 0.4
 
@@ -127,10 +127,10 @@ def test_a_step_in_flight_or_committed_is_refused_when_requested_and_the_first_s
     def held() -> None:
         assert release.wait(60), "the test never released the write"
 
-    manager = manager_writing_after(tmp_path, held)
+    manager, writer = CheckpointManager(tmp_path, keep=None), writer_calling(held)
     model, optimizer = trained()
     with AsyncCheckpointer(manager, max_in_flight=2, lag=lag.CheckpointLag()) as checkpointer:
-        first = checkpointer.save_dcp(5, state_of(model, optimizer))
+        first = checkpointer.save_dcp(5, state_of(model, optimizer), storage_writer=writer(manager, 5))
         with pytest.raises(ValueError, match=r"^step 5: a save of this step is already in flight; save each"):
             checkpointer.save_dcp(5, state_of(model, optimizer))
         release.set()
@@ -151,15 +151,16 @@ def test_a_failed_save_leaves_no_staging_directory_and_the_next_save_commits(tmp
             raise full_once.pop()
 
     model, optimizer = trained()
-    manager = manager_writing_after(tmp_path, full)
+    manager, writer = CheckpointManager(tmp_path, keep=None), writer_calling(full)
     checkpointer = AsyncCheckpointer(manager, lag=lag.CheckpointLag())
-    checkpointer.save_dcp(1, state_of(model, optimizer))
+    checkpointer.save_dcp(1, state_of(model, optimizer), storage_writer=writer(manager, 1))
     with pytest.raises(CheckpointSaveError, match="No space left on device"):
         checkpointer.wait()
     # The failed step's partial files would hold the space the next save needs: gone once the failure is reported.
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".step-") and p.is_dir()] == []
-    checkpointer.save_dcp(2, state_of(model, optimizer)).result(timeout=60)
-    checkpointer.save_dcp(1, state_of(model, optimizer)).result(timeout=60)  # the failed step itself, again
+    checkpointer.save_dcp(2, state_of(model, optimizer), storage_writer=writer(manager, 2)).result(timeout=60)
+    again = checkpointer.save_dcp(1, state_of(model, optimizer), storage_writer=writer(manager, 1))  # the failed step
+    again.result(timeout=60)
     checkpointer.close()
     assert sorted(c.step for c in manager.checkpoints()) == [1, 2]
 
@@ -169,8 +170,9 @@ def test_a_dcp_save_failing_in_the_background_is_raised_with_its_cause_first(tmp
         raise OSError(28, "No space left on device")
 
     model, optimizer = trained()
-    checkpointer = AsyncCheckpointer(manager_writing_after(tmp_path, full), lag=lag.CheckpointLag())
-    checkpointer.save_dcp(1, state_of(model, optimizer))
+    manager = CheckpointManager(tmp_path, keep=None)
+    checkpointer = AsyncCheckpointer(manager, lag=lag.CheckpointLag())
+    checkpointer.save_dcp(1, state_of(model, optimizer), storage_writer=writer_calling(full)(manager, 1))
     cause = r"^OSError: \[Errno 28\] No space left on device \(rank 0\) \(checkpoint step 1, saved in the background\)$"
     with pytest.raises(CheckpointSaveError, match=cause):
         checkpointer.wait()

@@ -37,3 +37,18 @@ def test_the_contract_covers_the_layers_and_both_packages():
     assert training["exhaustive"] is True  # a new module of the training library must be placed in a layer
     assert training["layers"][1:4] == ["doctor", "data", "checkpoint"]
     assert by_id["doctor-and-data-apart"]["source_modules"] == ["ai_storage_training.doctor"]
+
+
+def test_the_contracts_see_imports_inside_functions():
+    """The graph lint-imports checks holds an import made inside a function (AsyncCheckpointer.save_dcp imports the
+    DCP writer there): a manager that imported DCP lazily would break checkpoint-core-knows-no-dcp."""
+    import grimp
+
+    graph = grimp.build_graph("ai_storage_training", include_external_packages=True, exclude_type_checking_imports=True)
+    assert graph.direct_import_exists(
+        importer="ai_storage_training.checkpoint.async_save", imported="ai_storage_training.checkpoint.dcp"
+    )
+    core = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (contract,) = [c for c in core if c["id"] == "checkpoint-core-knows-no-dcp"]
+    assert "ai_storage_training.checkpoint.manager" in contract["source_modules"]
+    assert {"ai_storage_training.checkpoint.dcp", "torch"} <= set(contract["forbidden_modules"])
