@@ -23,6 +23,7 @@ from pydantic import Field
 from . import checkpoints, training_operator_v1
 from .checkpoints import CheckpointProtection, OffsiteTarget, protect_checkpoints
 from .common import kube, versions
+from .node_storage import GPU_TOLERATION, Toleration
 from .sections import ControllerSettings, DnsLabel, PinnedImage, Problem, Quantity, Section
 from .staging import DATA_PATH, DATA_VOLUME, StagingSettings, stage_into
 from .training_operator_v1 import V1_NAMESPACE
@@ -67,6 +68,9 @@ class RuntimeSettings(Section):
     staging: StagingSettings = StagingSettings()
     """Stage a dataset version onto a node-local hot-tier volume before the pods train (an init container running
     `image`, which must hold the training library; `source` is under the claim the TrainJob mounts at `/data`)."""
+    gpu_tolerations: list[Toleration] = [GPU_TOLERATION]
+    """Tolerations of the runtime's pods for the GPU nodes' taints (a TrainJob asks for GPUs through
+    `resourcesPerNode`, which the runtime cannot see); empty: none."""
 
     def problems(self) -> list[Problem]:
         """The init container runs the runtime's image: it must be one with the training library."""
@@ -205,6 +209,8 @@ def runtime_spec(
             "volumes": volumes,
         },
     }
+    if runtime.gpu_tolerations:
+        pod["spec"]["tolerations"] = [t.spec() for t in runtime.gpu_tolerations]
     if runtime.staging.enabled:
         stage_into(pod["spec"], runtime.staging, runtime.image, kube.UID, tier_prefix)
     return {

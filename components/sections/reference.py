@@ -4,8 +4,8 @@ its type, default and documentation."""
 from __future__ import annotations
 
 import json
-import re
-from typing import Any
+import types
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
@@ -25,13 +25,20 @@ def leaf_keys(model: type[BaseModel], prefix: str = "", defaults: Any = None) ->
 
 
 def _type_text(annotation: Any) -> str:
-    """The annotation as the reference shows it: ``Resources or None``, ``list[str]``, ``one of a, b``."""
-    text = re.sub(r"\b(?:[a-z_][a-z0-9_]*\.)+([A-Z]\w*)", r"\1", repr(annotation))  # no module paths
-    text = text.replace("typing.", "").replace("NoneType", "None")
-    text = re.sub(r"Annotated\[(\w+), [^\]]*\]", r"\1", text)
-    text = re.sub(r"^Optional\[(.*)\]$", r"\1 | None", text)
-    text = re.sub(r"Literal\[([^\]]*)\]", lambda m: "one of " + m.group(1).replace("'", ""), text)
-    return re.sub(r"<class '(\w+)'>", r"\1", text).replace("|", "or")
+    """The annotation as the reference shows it: ``Resources or None``, ``list[str]``, ``one of a, b`` (a
+    constrained type shows as what it constrains: ``list[str]``, whatever its pattern holds)."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        return _type_text(args[0])
+    if origin is Literal:
+        return "one of " + ", ".join(str(arg) for arg in args)
+    if origin in (Union, types.UnionType):
+        return " or ".join(_type_text(arg) for arg in args)
+    if origin is not None:
+        return f"{getattr(origin, '__name__', origin)}[{', '.join(_type_text(arg) for arg in args)}]"
+    if annotation is type(None):
+        return "None"
+    return getattr(annotation, "__name__", str(annotation))
 
 
 def reference(model: type[BaseModel], *sections: tuple[str, str, type[BaseModel]]) -> str:

@@ -485,3 +485,14 @@ def test_every_section_with_rules_across_keys_has_a_case():
 def test_a_rule_across_keys_is_refused_naming_the_key(name, loader, config, key, expected):
     lines = refusal(loader, from_keys(config), key)
     assert any(expected in line and "Hint:" in line for line in lines), lines
+
+
+def test_every_type_in_the_reference_reads_as_a_type():
+    """A constrained type shows as what it constrains (a pattern's brackets once leaked: ``list[str+$')])]]``)."""
+    rows = [
+        line.split(" | ") for line in (ROOT / "docs" / "config.md").read_text().splitlines() if line.startswith("| `")
+    ]
+    word = r"[A-Za-z]+(\[[\w., \[\]-]+\])?"
+    for row in rows:
+        assert re.fullmatch(rf"({word}|one of [\w., -]+)( or {word})*", row[1]), row[:2]
+        assert not set("$'()+") & set(row[1]), row[:2]

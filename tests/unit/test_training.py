@@ -248,3 +248,13 @@ def test_training_needs_a_checkpoint_tier():
     with pytest.raises(SettingsError) as err:
         load_settings("dev", {"tiers": {"checkpoint": "none"}})
     assert "tiers.checkpoint: expected a backend" in str(err.value)
+
+
+def test_a_runtimes_pods_tolerate_the_gpu_nodes_taint_unless_told_not_to(build):
+    from tests.kube_semantics import tolerates
+
+    taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    result, _ = build(lambda: training_on_volcano())
+    assert tolerates(runtime_pod(result)["spec"].get("tolerations"), taint)  # a TrainJob's GPUs: resourcesPerNode
+    result, _ = build(lambda: training_on_volcano(runtimes=[{**RUNTIME, "gpuTolerations": []}]))
+    assert not tolerates(runtime_pod(result)["spec"].get("tolerations"), taint)
