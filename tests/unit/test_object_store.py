@@ -63,7 +63,7 @@ def test_distributed_minio_lists_every_server(build):
 
 
 def test_s3_bucket_has_versioning_encryption_public_block_and_lifecycle(build):
-    s3 = S3Settings(region="eu-west-1", transition_days=14)
+    s3 = S3Settings(region="eu-west-1", transition_days=14, archive_prefixes=["artifacts/"])
     result, monitor = build(lambda: store(ObjectStoreSettings(backend="s3", s3=s3)))
     types = [r.type for r in monitor.registrations]
     for t in (
@@ -79,8 +79,10 @@ def test_s3_bucket_has_versioning_encryption_public_block_and_lifecycle(build):
     assert versioning["versioningConfiguration"]["status"] == "Enabled"
     block = inputs_of(monitor, "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock")[0]
     assert all(block[k] for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets"))
-    rule = inputs_of(monitor, "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration")[0]["rules"][0]
-    assert rule["transitions"] == [{"days": 14, "storageClass": "STANDARD_IA"}]
+    every, archive = inputs_of(monitor, "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration")[0]["rules"]
+    assert "transitions" not in every and every["filter"] == {"prefix": ""}  # JuiceFS's blocks never move
+    assert archive["filter"] == {"prefix": "artifacts/"}
+    assert archive["transitions"] == [{"days": 14, "storageClass": "STANDARD_IA"}]
     assert result.outputs["endpoint"] == "https://s3.eu-west-1.amazonaws.com"
 
 

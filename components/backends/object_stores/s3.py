@@ -51,9 +51,12 @@ class S3Settings(Section):
     region: str = "us-east-1"
     """AWS region of the bucket (also set `aws:region` for the provider)."""
     cold_storage_class: Literal["STANDARD_IA", "INTELLIGENT_TIERING", "GLACIER_IR", "ONEZONE_IA"] = "STANDARD_IA"
-    """S3 storage class objects move to after `transitionDays`."""
+    """S3 storage class the objects under `archivePrefixes` move to after `transitionDays`."""
     transition_days: int = Field(30, ge=1, le=3650)
-    """Days after creation before objects move to the colder storage class."""
+    """Days after creation before the objects under `archivePrefixes` move to the colder storage class."""
+    archive_prefixes: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*/$")]] = []
+    """Prefixes whose objects move to `coldStorageClass` (e.g. `artifacts/`); empty: nothing moves. Never the
+    JuiceFS volume's blocks: every epoch would pay retrieval fees and JuiceFS's compaction early-deletion charges."""
     noncurrent_version_days: int = Field(30, ge=1, le=3650)
     """Days a replaced (noncurrent) object version is kept before it expires."""
     oidc_provider_arn: str | None = Field(None, pattern=r"^arn:aws[a-z-]*:iam::[0-9]{12}:oidc-provider/.+$")
@@ -63,15 +66,25 @@ class S3Settings(Section):
 
 
 def lifecycle_rules(c: S3Settings, expirations: Mapping[str, int]) -> list[dict[str, Any]]:
-    """The bucket's lifecycle: the cold transition for everything, and the expiry of each prefix given."""
-    cold = {
-        "id": "cold-tier",
+    """The bucket's lifecycle: for everything, noncurrent versions expire and stale multipart uploads are aborted
+    (no transition: JuiceFS reads and compacts its blocks at any age); the archive prefixes move to the cold
+    storage class; the expiry of each prefix given."""
+    every = {
+        "id": "every-object",
         "status": "Enabled",
         "filter": {"prefix": ""},
-        "transitions": [{"days": c.transition_days, "storage_class": c.cold_storage_class}],
         "noncurrent_version_expiration": {"noncurrent_days": c.noncurrent_version_days},
         "abort_incomplete_multipart_upload": {"days_after_initiation": 7},
     }
+    archives = [
+        {
+            "id": f"archive-{prefix.strip('/').replace('/', '-')}",
+            "status": "Enabled",
+            "filter": {"prefix": prefix},
+            "transitions": [{"days": c.transition_days, "storage_class": c.cold_storage_class}],
+        }
+        for prefix in sorted(c.archive_prefixes)
+    ]
     expiries = [
         {
             "id": f"expire-{prefix.strip('/')}",
@@ -81,7 +94,7 @@ def lifecycle_rules(c: S3Settings, expirations: Mapping[str, int]) -> list[dict[
         }
         for prefix, d in sorted(expirations.items())
     ]
-    return [cold, *expiries]
+    return [every, *archives, *expiries]
 
 
 def trust_policy(provider_arn: str, service_accounts: Sequence[str]) -> str:
