@@ -19,6 +19,7 @@ import yaml
 from pydantic import Field
 
 from .acceptance import AcceptanceSettings
+from .backends.object_stores.s3 import with_provider_region
 from .checkpoints import CheckpointProtection
 from .fluid import FluidSettings
 from .juicefs import JuiceFSSettings
@@ -339,10 +340,11 @@ def decode(value: Any) -> Any:
 
 
 def stack_config(project: str | None = None) -> dict[str, Any]:
-    """Every key the stack sets in the project's namespace (default: the running project), decoded."""
+    """Every key the stack sets in the project's namespace, decoded (the platform's S3 region from `aws:region`)."""
     from pulumi.runtime import config as runtime_config
 
     project = project or pulumi.get_project()
     raw = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
     prefix = f"{project}:"
-    return {k[len(prefix) :]: decode(v) for k, v in sorted(raw.items()) if k.startswith(prefix)}
+    config = {k[len(prefix) :]: decode(v) for k, v in sorted(raw.items()) if k.startswith(prefix)}
+    return with_provider_region(config, raw.get("aws:region")) if project == PROJECT else config

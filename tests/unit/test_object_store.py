@@ -310,3 +310,29 @@ def test_a_read_only_scope_may_list_and_read_its_prefix_and_nothing_more(build, 
     assert reader == {"s3:GetObject", "s3:ListBucket", "s3:GetBucketLocation"}
     assert {"s3:PutObject", "s3:DeleteObject"} <= writer
     assert marks["ai-storage-platform/access"] == "read-only"
+
+
+def test_the_s3_region_follows_the_providers_aws_region_unless_the_stack_sets_it():
+    from components.backends.object_stores.s3 import with_provider_region
+    from components.sections import SettingsError
+
+    assert with_provider_region({}, "eu-central-1")["objectStore"]["s3"]["region"] == "eu-central-1"
+    given = {"objectStore": {"backend": "s3", "s3": {"region": "eu-central-1", "transitionDays": 9}}}
+    assert with_provider_region(given, "eu-central-1") == given
+    assert with_provider_region(given, None) == given  # no aws:region: the key's own value (or its default)
+    with pytest.raises(SettingsError, match=r"objectStore\.s3\.region: expected aws:region's 'us-west-2'"):
+        with_provider_region(given, "us-west-2")
+
+
+def test_a_rendered_s3_stack_names_the_endpoint_of_aws_region(tmp_path):
+    import yaml
+
+    from components.toolchain import render
+    from tests.conftest import stack_file
+
+    path = stack_file(tmp_path, "prod", {})
+    data = yaml.safe_load(path.read_text())
+    data["config"]["aws:region"] = "eu-west-3"  # the provider's region; the stack leaves objectStore.s3.region
+    path.write_text(yaml.safe_dump(data))
+    result = render.rendering("prod", render.run("prod", path))
+    assert result.outputs["objectStoreEndpoint"] == "https://s3.eu-west-3.amazonaws.com"

@@ -18,7 +18,7 @@ from pydantic import AfterValidator, Field
 from pydantic_core import PydanticCustomError
 
 from ...common import kube
-from ...sections import Section
+from ...sections import Problem, Section, SettingsError
 from .bucket import (
     ACCESS_ANNOTATION,
     ACCOUNT_ANNOTATION,
@@ -49,7 +49,7 @@ class S3Settings(Section):
     """The AWS S3 bucket and how the cluster reaches it."""
 
     region: str = "us-east-1"
-    """AWS region of the bucket (also set `aws:region` for the provider)."""
+    """AWS region of the bucket: the provider's `aws:region` when the stack sets that (this key must then match)."""
     cold_storage_class: Literal["STANDARD_IA", "INTELLIGENT_TIERING", "GLACIER_IR", "ONEZONE_IA"] = "STANDARD_IA"
     """S3 storage class the objects under `archivePrefixes` move to after `transitionDays`."""
     transition_days: int = Field(30, ge=1, le=3650)
@@ -63,6 +63,23 @@ class S3Settings(Section):
     """EKS OIDC provider ARN; when set, access is through an IAM role for service accounts, not an access key."""
     service_accounts: list[ServiceAccountRef] = []
     """Further `namespace:name` accounts the JuiceFS volume's IAM role trusts (it always trusts the CSI driver's)."""
+
+
+def with_provider_region(config: dict[str, Any], aws_region: str | None) -> dict[str, Any]:
+    """The platform's stack config with `objectStore.s3.region` taken from the AWS provider's `aws:region` unless
+    the stack sets it; SettingsError when both are set and differ (the provider creates the bucket in its own
+    region, so the endpoint would name the wrong one)."""
+    if not aws_region:
+        return config
+    store: dict[str, Any] = config.get("objectStore") or {}
+    s3: dict[str, Any] = store.get("s3") or {} if isinstance(store, dict) else {}
+    if not isinstance(store, dict) or not isinstance(s3, dict):
+        return config  # not a mapping: validation names it
+    given = s3.get("region")
+    if given is not None and given != aws_region:
+        hint = "the AWS provider creates the bucket in aws:region: set the two alike, or leave objectStore.s3.region"
+        raise SettingsError([Problem("objectStore.s3.region", f"expected aws:region's {aws_region!r}", given, hint)])
+    return {**config, "objectStore": {**store, "s3": {**s3, "region": aws_region}}}
 
 
 def lifecycle_rules(c: S3Settings, expirations: Mapping[str, int]) -> list[dict[str, Any]]:
