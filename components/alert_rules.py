@@ -27,6 +27,7 @@ from .alert_settings import (
     levels,
     with_runbook,
 )
+from .decision_records import DEFAULTS as TIER_DECISIONS
 from .protection_alerts import (
     PROTECTION,
     STALE_AFTER_RUNS,
@@ -202,15 +203,23 @@ def platform_alerts(s: RuleSettings, ceph: bool, volcano: bool, acceptance: str 
 
 
 def rule_groups(
-    s: RuleSettings, replicas: int | None, ceph: bool, volcano: bool, acceptance: str | None = None
+    s: RuleSettings,
+    replicas: int | None,
+    ceph: bool,
+    volcano: bool,
+    acceptance: str | None = None,
+    checkpoint_interval: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Every rule group of the platform (the ``spec.groups`` of its PrometheusRule)."""
+    """Every rule group of the platform (the ``spec.groups`` of its PrometheusRule); ``checkpoint_interval``: how
+    often the jobs save, from the checkpoint tier's decision record, the one source of it (default: its default)."""
+    interval = checkpoint_interval or TIER_DECISIONS["checkpoint"].checkpoint_interval
+    assert interval is not None  # TierDecisions.problems: the checkpoint record always says it
     groups: list[dict[str, Any]] = [
         {"name": "ai-storage-data-path", "rules": [*recording_rules(s.window), *data_path_alerts(s)]},
         {"name": "ai-storage-metadata", "rules": metadata_alerts(s, replicas)},
         {
             "name": "ai-storage-training",
-            "rules": [*training_recording_rules(s.window, s.checkpoint_window), *training_alerts(s)],
+            "rules": [*training_recording_rules(s.window, s.checkpoint_window), *training_alerts(s, interval)],
         },
         {
             "name": "ai-storage-protection",

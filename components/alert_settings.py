@@ -55,7 +55,8 @@ class AlertThresholds(Section):
     """Share of a training job's checkpoint saves that failed, %; alerts above."""
     checkpoint_lag_intervals: Threshold = Threshold(warning=2, critical=4)
     """Checkpoint lag of a training job (since its newest requested checkpoint that is not yet durable), in
-    checkpoint intervals (`checkpointInterval`); alerts above."""
+    checkpoint intervals (the checkpoint tier's decision record, `tiers.decisions.checkpoint.checkpointInterval`);
+    alerts above."""
     restore_test_age_hours: Threshold = Threshold(warning=48, critical=168)
     """Hours since the last successful restore test of a checkpoint claim (its restore test CronJob, or a training
     job that reports one); alerts above."""
@@ -86,8 +87,6 @@ class RuleSettings(Section):
     checkpoint_window: Window = "1h"
     """Range over which checkpoint save and restore times and the save failure rate are averaged (saves are
     minutes apart, so longer than `window`)."""
-    checkpoint_interval: Window = "15m"
-    """How often the training jobs save a checkpoint: the unit of `thresholds.checkpointLagIntervals`."""
     thresholds: AlertThresholds = AlertThresholds()
     """Warning and critical levels."""
     runbook_url: str = "docs/alerts.md"

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from .sections import Quantity, Section
+from .sections import Problem, Quantity, Section
 
 DURATION = r"^[0-9]*[1-9][0-9]*(s|m|h|d)$"
 """A positive duration in seconds, minutes, hours or days (`90s`, `30m`, `4h`, `2d`; never `0m`)."""
@@ -105,6 +105,13 @@ class TierDecisions(Section):
     """What the checkpoint tier was sized for."""
     block: DecisionRecord = DEFAULTS["block"]
     """What the block tier was sized for."""
+
+    def problems(self) -> list[Problem]:
+        """The checkpoint tier says how often checkpoints land: the one interval the checkpoint lag alert counts in."""
+        if self.checkpoint.checkpoint_interval is None:
+            hint = "the checkpoint lag alert counts in it; e.g. 30m"
+            return [Problem("checkpoint.checkpointInterval", "expected a duration", None, hint)]
+        return []
 
     @model_validator(mode="before")
     @classmethod

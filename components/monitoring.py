@@ -76,6 +76,8 @@ class MonitoringArgs:
     """Namespace of the in-cluster metadata engine (its pods run a redis_exporter)."""
     sentinel_replicas: int | None = None
     """Replicas a Sentinel layout must keep (None: no Sentinels)."""
+    checkpoint_interval: str | None = None
+    """How often the jobs save (the checkpoint tier's `checkpointInterval`; the lag alert's unit); None: its default."""
     minio_namespace: str | None = None
     """Namespace of MinIO (backend `minio`)."""
     volcano_namespace: str | None = None
@@ -152,6 +154,7 @@ class Monitoring(pulumi.ComponentResource):
                     args.ceph,
                     args.volcano_namespace is not None,
                     args.acceptance_namespace,
+                    args.checkpoint_interval,
                 )
             },
             (ns,),

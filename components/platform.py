@@ -201,6 +201,7 @@ class Platform(pulumi.ComponentResource):
             juicefs_namespace=s.juicefs.namespace if s.juicefs.enabled else None,
             metadata_namespace=s.metadata.namespace if in_cluster else None,
             sentinel_replicas=s.metadata.sentinel.replicas if sentinel else None,
+            checkpoint_interval=s.tiers.decisions.checkpoint.checkpoint_interval,
             minio_namespace=s.object_store.namespace if s.object_store.backend == "minio" else None,
             volcano_namespace=s.volcano.namespace if s.volcano.enabled else None,
             fluid_namespace=s.fluid.namespace if s.fluid.enabled else None,

@@ -72,8 +72,9 @@ def read_alerts(s: RuleSettings) -> list[dict[str, Any]]:
     ]
 
 
-def training_alerts(s: RuleSettings) -> list[dict[str, Any]]:
-    """The design reference's training rows, per training pod (a ratio with no reads or saves has no value)."""
+def training_alerts(s: RuleSettings, checkpoint_interval: str) -> list[dict[str, Any]]:
+    """The design reference's training rows, per training pod (a ratio with no reads or saves has no value); the lag
+    in units of ``checkpoint_interval`` (how often the jobs save: the checkpoint tier's decision record)."""
     t, f = s.thresholds, s.pending_for
     return [
         *read_alerts(s),
@@ -112,11 +113,11 @@ def training_alerts(s: RuleSettings) -> list[dict[str, Any]]:
         # The lag is itself a duration (it only grows until the checkpoint is durable): no extra wait.
         *levels(
             "CheckpointLagHigh",
-            f"ai_storage_checkpoint_lag_seconds / {seconds(s.checkpoint_interval):g}",
+            f"ai_storage_checkpoint_lag_seconds / {seconds(checkpoint_interval):g}",
             ">",
             t.checkpoint_lag_intervals,
             "0s",
             "A training job's newest checkpoint has not been durable for more than {level} checkpoint intervals"
-            f" ({s.checkpoint_interval} each)",
+            f" ({checkpoint_interval} each)",
         ),
     ]

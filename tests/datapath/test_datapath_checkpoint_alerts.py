@@ -51,8 +51,8 @@ def wait_for(what: str, check: Callable[[], bool], timeout: float = 20) -> float
 
 
 def test_the_lag_alert_fires_while_saves_fall_behind_and_clears_after_they_catch_up(tmp_path):
-    settings = RuleSettings(checkpoint_interval=INTERVAL)
-    groups = rule_groups(settings, replicas=None, ceph=False, volcano=False)
+    settings = RuleSettings()
+    groups = rule_groups(settings, replicas=None, ceph=False, volcano=False, checkpoint_interval=INTERVAL)
     levels = settings.thresholds.checkpoint_lag_intervals
     behind = (levels.warning + levels.critical) / 2 * 2  # seconds: between the levels (interval 2 s)
     days_ago = time.time() - 8 * 86400

@@ -17,6 +17,7 @@ import yaml
 from components.alert_rules import PROTECTION, AlertThresholds, RuleSettings, Threshold, rule_groups
 from components.alert_settings import seconds as duration_seconds
 from components.dashboards import dashboards
+from components.decision_records import DEFAULTS
 from components.protection_alerts import RESTORE_TEST
 from components.sections import SettingsError
 from components.settings import load_settings
@@ -85,7 +86,7 @@ def cases(t: AlertThresholds) -> dict[str, list[tuple[dict[str, str], dict[str, 
         t.checkpoint_save_failure_percent,
         t.checkpoint_lag_intervals,
     )
-    interval = SETTINGS.checkpoint_interval
+    interval = DEFAULTS["checkpoint"].checkpoint_interval  # the checkpoint tier's record: the lag alert's unit
     mount = 'mp="/{}",vol_name="v"'
 
     def between(a: float, b: float) -> float:
@@ -450,11 +451,6 @@ def test_thresholds_are_settings_and_a_critical_level_must_be_the_worse_one():
         ({"namespace": "Monitoring"}, "monitoring.namespace", "DNS label"),
         ({"selectorLabels": ["release"]}, "monitoring.selectorLabels", "mapping"),
         ({"rules": {"thresholds": {"readThroughputMbS": {"warning": "fast"}}}}, "warning", "number"),
-        (
-            {"rules": {"checkpointInterval": "15 minutes"}},
-            "monitoring.rules.checkpointInterval",
-            "expected a positive duration",
-        ),
         (
             {"rules": {"thresholds": {"checkpointLagIntervals": {"warning": 4, "critical": 2}}}},
             "monitoring.rules.thresholds.checkpointLagIntervals.critical",

@@ -277,6 +277,13 @@ THRESHOLDS = "monitoring.rules.thresholds"
 CROSS_FIELD: list[tuple[str, str, dict[str, Any], str, str]] = [
     # (section whose rule it is, loader, {key: value}, the key the error names, its expectation)
     (
+        "TierDecisions",
+        "platform",
+        {"tiers.decisions.checkpoint.checkpointInterval": None},
+        "tiers.decisions.checkpoint.checkpointInterval",
+        "expected a duration",
+    ),
+    (
         "AlertThresholds",
         "platform",
         {f"{THRESHOLDS}.readLatencyMs": {"warning": 100, "critical": 50}},

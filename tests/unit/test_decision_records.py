@@ -121,3 +121,24 @@ def test_the_page_lists_every_stack_record_and_the_measured_figures(tmp_path):
     assert "| `runs.shaped.packed_over_files` | 6.2 |" in page
     measured = tiers_page()  # the repository's results: the JuiceFS runs of the generated options
     assert "| generated:shaped | " in measured
+
+
+def test_the_lag_alert_counts_in_the_checkpoint_tiers_own_interval_the_one_source(render_stack):
+    from components.alert_rules import rule_groups
+    from components.alert_settings import RuleSettings
+
+    result, _ = render_stack("dev", tiers={"decisions": {"checkpoint": {"checkpointInterval": "20m"}}})
+    (rule,) = [
+        r
+        for o in objects(result, "PrometheusRule")
+        for g in o["spec"]["groups"]
+        for r in g["rules"]
+        if r.get("alert") == "CheckpointLagHigh" and r["labels"]["severity"] == "warning"
+    ]
+    assert (
+        "ai_storage_checkpoint_lag_seconds / 1200 " in rule["expr"] and "(20m each)" in rule["annotations"]["summary"]
+    )
+    default = [r for g in rule_groups(RuleSettings(), None, False, False) for r in g["rules"]]
+    assert any("/ 1800 " in r.get("expr", "") for r in default)  # the record's default, 30m: no second figure
+    with pytest.raises(SettingsError, match=r"tiers\.decisions\.checkpoint\.checkpointInterval: expected a duration"):
+        load_settings("dev", {"tiers": {"decisions": {"checkpoint": {"checkpointInterval": None}}}})
