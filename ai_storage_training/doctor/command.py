@@ -27,7 +27,7 @@ from ..checkpoint.commit import VERIFY_MODES, write_atomically
 from ..cli_types import Directory, Integer, Number, OutputFile
 from .checkpoints import findings as checkpoint_findings
 from .checkpoints import inspect
-from .design import DesignRefusedError, design_test
+from .design import DesignRefusedError, design_test, plan
 from .juicefs import JUICEFS_FSTYPE, juicefs_state, mount_of
 from .reads import MIB, data_files, prefetch_test, read_tests
 from .report import design_reads, figure_findings, host_identity, summary, tool_findings, verdict
@@ -64,6 +64,7 @@ def diagnose(
     }
     files = data_files(path, read_mib * MIB)
     if profile == "design":
+        plan(checkpoint_dir or path, read_mib * MIB)  # a refusal comes alone, before any progress line
         say(f"the design's load with fio on {checkpoint_dir or path} (at most {seconds} s)")
         report["design"] = design_test(checkpoint_dir or path, read_mib * MIB, seconds)
         report["reads"] = design_reads(report["design"])

@@ -13,3 +13,12 @@ def fio():
         if os.environ.get("AI_STORAGE_REQUIRE_DATAPATH") == "1":
             pytest.fail("fio is not installed (apt-get install fio)")
         pytest.skip("fio is not installed (apt-get install fio)")
+
+
+DOCTOR_SAYS = "python -m ai_storage_training doctor: "
+"""How each of the doctor's progress lines on stderr begins (a test named as it starts)."""
+
+
+def beyond_progress(stderr: str) -> list[str]:
+    """What the doctor wrote on stderr besides its progress lines."""
+    return [line for line in stderr.splitlines() if not line.startswith(DOCTOR_SAYS) or " doctor: error: " in line]
