@@ -17,6 +17,7 @@ from typing import Any
 
 from . import training, volcano
 from .jobs import REPLICA_INDEX, RESTART_ON, JobSettings, PodContext, TaskSettings, team_pod
+from .staging import INIT_CONTAINER
 
 PATCH_MANAGER = "ai-storage-platform/team-workspace"
 """Owner of the TrainJob's runtime patch (a domain-prefixed path, as the Trainer requires)."""
@@ -100,8 +101,6 @@ def trainjob_webhook_errors(spec: dict[str, Any], runtime_jobs: dict[str, set[st
     replicated job -> its containers and init containers; default: the platform's runtimes, a ``node`` job with the
     ``node`` container and the staging init container), env on the node or initializer containers, and torchrun's
     reserved variables in ``trainer.env``."""
-    from .staging import INIT_CONTAINER
-
     runtime_jobs = runtime_jobs or {training.NODE: {training.NODE, INIT_CONTAINER}}
     errors = []
     for patch in spec.get("runtimePatches", []):
