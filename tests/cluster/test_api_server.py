@@ -20,7 +20,7 @@ from components.toolchain import render
 from components.training_operator_v1 import V1_CONFIG
 from tests.cluster import operators
 from tests.cluster.api_server import ApiServer, Outcome
-from tests.conftest import STACKS, TEAM_EXAMPLE
+from tests.conftest import STACKS, TEAM_EXAMPLE, by_name, objects
 
 TEAM_STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in TEAM_EXAMPLE.glob("Pulumi.*.yaml"))
 UPSTREAM_INIT_TEMPLATE = """
@@ -105,15 +105,11 @@ def the_job(result: render.Rendering) -> dict[str, Any]:
 def pods_of(job: dict[str, Any], platform_result: render.Rendering, init_template: str | None = None) -> list[dict]:
     """The pods the job's operator builds (``operators``) on the dev platform."""
     if job["kind"] == "TrainJob":
-        runtime = next(
-            o
-            for o in everything(platform_result)
-            if o["kind"] == "ClusterTrainingRuntime" and o["metadata"]["name"] == job["spec"]["runtimeRef"]["name"]
-        )
+        runtime = by_name(platform_result, "ClusterTrainingRuntime", job["spec"]["runtimeRef"]["name"])
         return operators.trainer_pods(job, runtime)
     if job["kind"] in ("PyTorchJob", "TFJob"):
         if init_template is None:
-            config = next(o for o in everything(platform_result) if o["metadata"]["name"] == V1_CONFIG)
+            config = by_name(platform_result, "ConfigMap", V1_CONFIG)
             init_template = config["data"]["initContainer.yaml"]
         return operators.v1_pods(job, init_template, versions.TRAINING_OPERATOR_V1_INIT_IMAGE)
     return operators.volcano_pods(job)
@@ -127,9 +123,7 @@ def test_every_pod_an_operator_builds_from_a_team_job_is_admitted_under_the_name
     pods = pods_of(job, dev_platform)
     assert len(pods) >= 1
     namespace = job["metadata"]["namespace"]
-    labels = next(
-        o for o in everything(dev_platform) if o["kind"] == "Namespace" and o["metadata"]["name"] == namespace
-    )
+    labels = by_name(dev_platform, "Namespace", namespace)
     assert labels["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
     assert refused([cluster.create(pod) for pod in pods]) == []
 
@@ -150,7 +144,7 @@ def test_a_trainjob_patch_that_sets_env_on_the_node_container_is_what_the_traine
     from components.job_kinds import trainjob_webhook_errors
 
     job = the_job(team("dev"))
-    runtime = next(o for o in everything(dev_platform) if o["kind"] == "ClusterTrainingRuntime")
+    (runtime,) = objects(dev_platform, "ClusterTrainingRuntime")
     containers = {
         j["name"]: {c["name"] for c in j["template"]["spec"]["template"]["spec"].get("initContainers", [])}
         | {c["name"] for c in j["template"]["spec"]["template"]["spec"]["containers"]}
@@ -257,7 +251,7 @@ def test_the_v1_operator_deployment_as_installed_is_accepted_beside_its_config(c
     deployment = yaml.safe_load((UPSTREAM / "kubeflow-training-operator-v1" / "base" / "deployment.yaml").read_text())
     installed = v1_operator_transform({**deployment, "metadata": {**deployment["metadata"], "namespace": "kubeflow"}})
     assert installed is not None
-    config = next(o for o in everything(dev_platform) if o["metadata"]["name"] == V1_CONFIG)
+    config = by_name(dev_platform, "ConfigMap", V1_CONFIG)
     assert config["metadata"]["namespace"] == installed["metadata"]["namespace"] == "kubeflow"
     namespace = v1_operator_transform(
         yaml.safe_load(

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from components.toolchain.render import ROOT
+from tests.training.conftest import beyond_progress
 
 pytestmark = pytest.mark.packaging
 
@@ -79,5 +80,5 @@ def test_the_training_library_installs_alone_and_a_job_resumes_from_its_checkpoi
     doctor = [python, "-m", "ai_storage_training", "doctor", str(data), "--no-fio", "--checkpoint-mib", "1"]
     proc = subprocess.run(doctor, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     # 100-byte files read slowly: a critical verdict (exit 1) is a fair report here; a crash (traceback) is not.
-    said = [line for line in proc.stderr.splitlines() if not line.startswith("python -m ai_storage_training doctor: ")]
+    said = beyond_progress(proc.stderr)
     assert proc.returncode in (0, 1) and "checkpoint restore" in proc.stdout and not said, proc.stderr  # progress only
