@@ -7,6 +7,7 @@ from . import cli
 
 SUBCOMMANDS = [
     "doctor.command",
+    "doctor.job",
     "data.pack",
     "data.stage",
     "checkpoint.restore_test",

@@ -79,6 +79,9 @@ def subparsers_of(parser: argparse.ArgumentParser) -> dict[str, argparse.Argumen
 def main(modules: Iterable[str], argv: list[str] | None = None) -> int:
     """Parse ``argv``, run the subcommand, map a failure while running to one line and exit status 3."""
     parser = build_parser(modules)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) > 1 and f"{argv[0]} {argv[1]}" in subparsers_of(parser):  # a two-word subcommand: doctor job
+        argv[:2] = [f"{argv[0]} {argv[1]}"]
     args = parser.parse_args(argv)
     run: Callable[[argparse.Namespace], int] = args._run
     prog = f"{PROG} {args.command}"

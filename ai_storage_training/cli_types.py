@@ -165,3 +165,32 @@ class Number:
         if not self.minimum <= value <= self.maximum:
             raise _refuse(expected, text, "out of range")
         return value
+
+
+URL = re.compile(r"https?://[^\s/?#]+[^\s]*")
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """Text that matches ``regex`` whole; ``expected`` says what it is, ``example`` is one that matches."""
+
+    expected: str
+    regex: str
+    example: str
+
+    def __call__(self, text: str) -> str:
+        if not re.fullmatch(self.regex, text):
+            raise _refuse(self.expected, text)
+        return text
+
+
+@dataclass(frozen=True)
+class Source:
+    """An http(s) URL, or an existing regular file."""
+
+    what: str = ""
+
+    def __call__(self, text: str) -> str:
+        if URL.fullmatch(text):
+            return text
+        return str(_existing(text, "file or an http(s) URL", self.what, Path.is_file))

@@ -9,6 +9,7 @@ their sum (prometheus_client's multiprocess mode).
 from __future__ import annotations
 
 import os
+import threading
 from typing import Final
 from wsgiref.simple_server import WSGIServer
 
@@ -69,6 +70,57 @@ PREFETCH_HITS = Counter("ai_storage_prefetch_hits_total", "Reads whose prefetche
 PREFETCH_MISSES = Counter("ai_storage_prefetch_misses_total", "Reads the job had to wait for.")
 READ_BYTES = Counter("ai_storage_read_bytes_total", "Bytes the prefetching reader returned to the job.")
 READ_SECONDS = Histogram("ai_storage_read_seconds", "Per-file read latency as the job sees it.", buckets=READ_BUCKETS)
+TRANSFORM_SECONDS = Counter(
+    "ai_storage_loader_transform_seconds_total",
+    "Time the data loader spent decoding and transforming samples (ShardDataset's transform, steps.timed).",
+)
+SAMPLES = Counter("ai_storage_loader_samples_total", "Samples the data loader produced.")
+STEPS = Counter("ai_storage_steps_total", "Training steps the step timer saw (steps.StepTimer).")
+STEP_SECONDS = Counter("ai_storage_step_seconds_total", "Wall time of those steps, from one batch request to the next.")
+DATA_WAIT_SECONDS = Counter(
+    "ai_storage_step_data_wait_seconds_total", "Time the training loop waited for its next batch (host side)."
+)
+CHECKPOINT_WAIT_SECONDS = Counter(
+    "ai_storage_step_checkpoint_seconds_total", "Time the training loop was blocked in checkpoint saves, within steps."
+)
+LOST_PROGRESS_SECONDS = Counter(
+    "ai_storage_lost_progress_seconds_total",
+    "Training time lost at a restart: steps past the checkpoint resumed from, times the step time they took.",
+)
+GOODPUT = Gauge(
+    "ai_storage_storage_goodput_ratio",
+    "Fraction of this run's time not lost to storage (data wait, checkpoint blocking, restore, lost progress).",
+    multiprocess_mode=LATEST,
+)
+GPU_UTILIZATION = Gauge(
+    "ai_storage_gpu_utilization_ratio", "The job's GPU busy fraction as NVML reports it.", multiprocess_mode=LATEST
+)
+GPU_MEMORY_USED = Gauge(
+    "ai_storage_gpu_memory_used_bytes", "The job's GPU memory in use as NVML reports it.", multiprocess_mode=LATEST
+)
+
+_lock = threading.Lock()
+_totals = {"blocked": 0.0, "restore": 0.0}
+
+
+def observe_blocked(seconds: float) -> None:
+    """A save request blocked the loop for ``seconds``: the histogram, and this process's total (steps.py)."""
+    BLOCKED_SECONDS.observe(seconds)
+    with _lock:
+        _totals["blocked"] += seconds
+
+
+def observe_restore(seconds: float) -> None:
+    """A checkpoint load took ``seconds``: the histogram, and this process's total (storage goodput)."""
+    RESTORE_SECONDS.observe(seconds)
+    with _lock:
+        _totals["restore"] += seconds
+
+
+def process_total(what: str) -> float:
+    """This process's seconds so far, ``blocked`` in saves or spent in ``restore``."""
+    with _lock:
+        return _totals[what]
 
 
 def port_from_environment() -> int:
@@ -84,11 +136,15 @@ def port_from_environment() -> int:
 def serve(port: int | None = None, addr: str = "0.0.0.0") -> WSGIServer:
     """Serve the metrics over HTTP (``/metrics``) from a daemon thread, on ``port`` (default
     ``$AI_STORAGE_METRICS_PORT`` or 9095); return the server (``shutdown()`` stops it)."""
-    registry = None
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # every process's values, the workers' too
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
-    server, _ = start_http_server(
-        port_from_environment() if port is None else port, addr, registry=registry or REGISTRY
-    )
+    server, _ = start_http_server(port_from_environment() if port is None else port, addr, registry=registry())
     return server
+
+
+def registry() -> CollectorRegistry:
+    """The registry the metrics are read from: every process's values (DataLoader workers too) with
+    ``$PROMETHEUS_MULTIPROC_DIR``, else this process's."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return REGISTRY
+    collected = CollectorRegistry()
+    multiprocess.MultiProcessCollector(collected)
+    return collected

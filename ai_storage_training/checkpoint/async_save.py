@@ -111,7 +111,7 @@ class AsyncCheckpointer:
         copies = {name: memoryview(buffers[name]).tobytes() for name in names}  # the job may change them now
         future = self._pool.submit(self.manager.save, step, _write_files(copies), metrics=recorded)
         self._track(step, future)
-        exported.BLOCKED_SECONDS.observe(time.monotonic() - started)
+        exported.observe_blocked(time.monotonic() - started)
         return future
 
     def save_dcp(
@@ -165,7 +165,7 @@ class AsyncCheckpointer:
             return upload
         if staged is not None:
             wait_futures([staged])  # never torn: the job may change its tensors only once they are copied
-        exported.BLOCKED_SECONDS.observe(time.monotonic() - started)
+        exported.observe_blocked(time.monotonic() - started)
         return upload
 
     def _writer(self, step: int, metrics: Mapping[str, float] | None, given: Any) -> Any:
@@ -206,7 +206,7 @@ class AsyncCheckpointer:
         for staged, blocked in pending:
             waited = time.monotonic()
             wait_futures([staged])  # a staging failure fails the upload too: raised like any background failure
-            exported.BLOCKED_SECONDS.observe(blocked + time.monotonic() - waited)
+            exported.observe_blocked(blocked + time.monotonic() - waited)
 
     def wait(self) -> None:
         """Wait for every save in flight; raise the first failure not yet raised."""

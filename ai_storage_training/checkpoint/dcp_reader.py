@@ -127,7 +127,7 @@ class ManagedReader(FileSystemReader):
             _unlock(self.manager._lock_path(self.checkpoint.step), self._fd)
             self._fd = None
             if not self.refused:
-                metrics.RESTORE_SECONDS.observe(time.monotonic() - self._started)
+                metrics.observe_restore(time.monotonic() - self._started)
 
 
 class _CheckingPlanner:

@@ -207,7 +207,7 @@ class CheckpointManager(CheckpointStore):
             yield checkpoint
         finally:
             _unlock(self._lock_path(checkpoint.step), fd)
-        exported.RESTORE_SECONDS.observe(time.monotonic() - started)
+        exported.observe_restore(time.monotonic() - started)
 
     def _lease(self, step: int | None, timeout: float) -> tuple[Checkpoint, int] | None:
         if self.world_size > 1 and not self.is_coordinator:  # the coordinator chose and validated the step

@@ -17,7 +17,8 @@
   each worker and hands it back after a restart); ``load_state_dict()`` recomputes the order and skips the
   positions already yielded, without reading the shards they came from.
 - Metrics: each shard read counts as a read of the training metrics (hit: it was read ahead in time; miss: the
-  job waited); in DataLoader workers they reach the scrape with ``PROMETHEUS_MULTIPROC_DIR`` (metrics.py).
+  job waited; the wait is the loader's storage time), ``transform``'s time as its transform time (``steps.py``);
+  in DataLoader workers they reach the scrape with ``PROMETHEUS_MULTIPROC_DIR`` (metrics.py).
 
 Needs the ``torch`` extra (torch, webdataset); ``import ai_storage_training`` itself does not import this module.
 """
@@ -39,7 +40,7 @@ import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 from webdataset.tariterators import group_by_keys, tar_file_iterator
 
-from .. import metrics
+from .. import metrics, steps
 from . import manifest as mf
 
 Sample = dict[str, Any]
@@ -125,6 +126,7 @@ class ShardDataset(IterableDataset):
         self.directory = Path(directory)
         self.manifest = mf.load(self.directory, version=version, sha256=manifest_sha256)
         self.seed, self.shuffle_buffer, self.readahead, self.transform = seed, shuffle_buffer, readahead, transform
+        self._transform = steps.timed(transform) if transform else None  # its time: the loader's transform share
         if (rank is None) != (world_size is None):
             raise ValueError("rank, world_size: give both or neither (neither: torch.distributed's, or torchrun's)")
         if rank is None or world_size is None:
@@ -226,7 +228,7 @@ class ShardDataset(IterableDataset):
                         top_up()
                     sample = held.pop(pos)
                     self._yielded += 1
-                    yield self.transform(sample) if self.transform else sample
+                    yield self._transform(sample) if self._transform else sample
             finally:
                 for _, waiting in pending:
                     waiting.cancel()

@@ -24,7 +24,7 @@ PARSER = cli.build_parser(SUBCOMMANDS)
 SUBPARSERS = cli.subparsers_of(PARSER)
 CHECKED = tuple(v for v in vars(cli_types).values() if isinstance(v, type) and v.__module__ == cli_types.__name__)
 """The checked argument types (each needs its rows in good_value and bad_values)."""
-NAMED_LATER = {"pack", "stage", "restore-test", "list"}
+NAMED_LATER = {"pack", "stage", "restore-test", "list", "doctor job"}
 """Subcommands other modules add (CONTRACTS.md); covered here as soon as __main__.py lists them."""
 
 
@@ -57,6 +57,10 @@ def good_value(action: argparse.Action) -> str:
         return "aB" * (kind.digits // 2) + "c" * (kind.digits % 2)
     if isinstance(kind, (cli_types.Integer, cli_types.Number)):
         return str(kind.minimum)
+    if isinstance(kind, cli_types.Pattern):
+        return kind.example
+    if isinstance(kind, cli_types.Source):
+        return "{tmp}/a-file"
     raise AssertionError(f"{name_of(action)}: no good value known for type {kind!r}")
 
 
@@ -102,6 +106,10 @@ def bad_values(action: argparse.Action) -> list[tuple[str, str]]:
         out = [(f"{kind.minimum - 1:g}", "out of range"), (f"{kind.maximum * 2:g}", "out of range")]
         not_finite = [(v, "not finite") for v in ("nan", "inf", "-inf", "1e999")]
         return [*out, *not_finite, ("x", "expected a number"), ("", "expected a number")]
+    if isinstance(kind, cli_types.Pattern):
+        return [("", kind.expected), ("x y", kind.expected)]
+    if isinstance(kind, cli_types.Source):
+        return [("{tmp}/missing", "no such path"), ("{tmp}/a-dir", "a directory"), ("ftp://x", "no such path")]
     raise AssertionError(f"{name_of(action)}: no bad values known for type {kind!r}")
 
 
@@ -229,6 +237,8 @@ SAMPLES = {
     cli_types.Hex: cli_types.Hex(64),
     cli_types.Integer: cli_types.Integer(1, 100),
     cli_types.Number: cli_types.Number(0, 60),
+    cli_types.Pattern: cli_types.Pattern("a duration", r"[0-9]+m", "10m"),
+    cli_types.Source: cli_types.Source("a scrape"),
 }
 VARIANTS = [cli_types.OutputDirectory(parents=True)]
 """Types whose options change what they refuse."""
