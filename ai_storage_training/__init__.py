@@ -10,6 +10,8 @@ Where to look:
 - ``data/``: datasets packed into WebDataset shards with a manifest, staged onto local volumes and read for
   training (read ``manifest.py`` first), and trained models published the same way (``artifacts.py``);
 - ``doctor/``: ``python -m ai_storage_training doctor``, the storage diagnosis (read ``command.py`` first);
+- ``steps.py``: where a training step's time goes (data wait, checkpoint blocking, compute), storage goodput,
+  and ``gpu.py``, the GPU's busy fraction from NVML; ``doctor/job.py`` judges a job from them;
 - ``metrics.py`` (what the platform's alerts read), ``progress.py``, the command line (``cli.py``,
   ``cli_types.py``, ``__main__.py``).
 """
@@ -18,6 +20,7 @@ from . import _moved
 from .checkpoint.async_save import AsyncCheckpointer, CheckpointSaveError
 from .checkpoint.manager import Checkpoint, CheckpointBusyError, CheckpointInvalidError, CheckpointManager
 from .data.reader import PrefetchingReader
+from .steps import StepTimer
 
 _moved.install()
 
@@ -29,4 +32,5 @@ __all__ = [
     "CheckpointManager",
     "CheckpointSaveError",
     "PrefetchingReader",
+    "StepTimer",
 ]

@@ -235,3 +235,30 @@ class StepTimer:
     def figures(self) -> dict[str, float]:
         """The totals so far: steps, seconds of steps, data wait, checkpoint, lost progress, storage goodput."""
         return {**self.totals, "lost": self.lost_seconds, "goodput": self.goodput()}
+
+
+def progress_at_risk(directory: str | os.PathLike[str], newest_step: int | None) -> dict[str, Any] | None:
+    """What a restart now would lose: the step the job reached (its step timer's record in ``directory``) past
+    ``newest_step`` (the newest committed checkpoint), in steps and seconds; None without a record."""
+    try:
+        record = json.loads((Path(directory) / PROGRESS_FILE).read_text())
+        reached, step_seconds, when = int(record["step"]), float(record["step_seconds"]), float(record["time"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    lost = max(0, reached - (newest_step or 0))
+    return {
+        "reached_step": reached,
+        "recorded_seconds_ago": round(max(0.0, time.time() - when), 1),
+        "resume_step": newest_step,
+        "steps_lost": lost,
+        "seconds_lost": round(lost * step_seconds, 1),
+    }
+
+
+def risk_line(risk: dict[str, Any]) -> str:
+    """``progress_at_risk`` as a person reads it."""
+    return (
+        f"progress at risk: the job reached step {risk['reached_step']} ({risk['recorded_seconds_ago']:.0f} s ago); "
+        f"a restart now resumes at {risk['resume_step'] if risk['resume_step'] is not None else 'the start'} and "
+        f"loses {risk['steps_lost']} steps (~{risk['seconds_lost']:.0f} s)"
+    )

@@ -57,13 +57,21 @@ class AlertThresholds(Section):
     """Checkpoint lag of a training job (since its newest requested checkpoint that is not yet durable), in
     checkpoint intervals (the checkpoint tier's decision record, `tiers.decisions.checkpoint.checkpointInterval`);
     alerts above."""
+    storage_goodput_percent: PercentThreshold = PercentThreshold(warning=90, critical=75)
+    """Share of a training job's time not lost to storage (data wait, checkpoint blocking, restore, progress lost at
+    a restart; the step timer's figures) over `checkpointWindow`, %; alerts below."""
     restore_test_age_hours: Threshold = Threshold(warning=48, critical=168)
     """Hours since the last successful restore test of a checkpoint claim (its restore test CronJob, or a training
     job that reports one); alerts above."""
 
     def problems(self) -> list[Problem]:
         """A critical level is worse than the warning level."""
-        below = ("read_throughput_mb_s", "cache_hit_ratio_percent", "prefetch_hit_ratio_percent")
+        below = (
+            "read_throughput_mb_s",
+            "cache_hit_ratio_percent",
+            "prefetch_hit_ratio_percent",
+            "storage_goodput_percent",
+        )
         found = []
         for name, info in type(self).model_fields.items():
             t: Threshold = getattr(self, name)
@@ -87,6 +95,9 @@ class RuleSettings(Section):
     checkpoint_window: Window = "1h"
     """Range over which checkpoint save and restore times and the save failure rate are averaged (saves are
     minutes apart, so longer than `window`)."""
+    gpu_busy_percent: float = Field(80, gt=0, le=100)
+    """GPU utilisation below which a training job that waits for data longer than it computes is input-bound (the
+    design's 80 %): `TrainingInputBound`, `TrainingLoaderCPUBound`."""
     thresholds: AlertThresholds = AlertThresholds()
     """Warning and critical levels."""
     runbook_url: str = "docs/alerts.md"

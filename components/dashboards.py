@@ -4,7 +4,8 @@ Per tier throughput (cold: the JuiceFS clients; warm, checkpoint and block: thei
 exports capacity, not I/O; every tier as the training jobs read it, by their data-tier label), the cache hit
 ratio and evictions, metadata latency and errors (the JuiceFS clients' metadata operations, and Redis), object
 store requests (the JuiceFS clients, every backend), the training jobs as the training library sees them (with
-their asynchronous checkpoints), the data protection CronJobs and the restore tests.
+their asynchronous checkpoints), the data protection CronJobs and the restore tests, and whether each job's GPU is
+fed (a row per training pod).
 """
 
 from __future__ import annotations
@@ -268,8 +269,69 @@ def checkpoint_panels(window: str, y: int) -> list[dict[str, Any]]:
     ]
 
 
+def gpu_fed(window: str) -> dict[str, Any]:
+    """Is each job's GPU fed: a row per training pod (Grafana repeats it for each pod the ``pod`` variable picks):
+    its step time stacked by cause, GPU busy, its loader's split and storage goodput, the reads of the tier it
+    reads (throughput, latency) and its prefetch hit ratio beside the JuiceFS cache hit ratio."""
+    w, sel = window, '{pod=~"$pod"}'
+    steps = f"rate(ai_storage_steps_total{sel}[{w}])"
+    wait, ckpt = (
+        f"rate(ai_storage_step_data_wait_seconds_total{sel}[{w}])",
+        f"rate(ai_storage_step_checkpoint_seconds_total{sel}[{w}])",
+    )
+    stacked = panel(
+        "Step time by cause (s per step)",
+        {
+            "data wait": f"{wait} / {steps}",
+            "checkpoint": f"{ckpt} / {steps}",
+            "compute": f"(rate(ai_storage_step_seconds_total{sel}[{w}]) - {wait} - {ckpt}) / {steps}",
+        },
+        "s",
+        0,
+        1,
+    )
+    stacked["fieldConfig"]["defaults"]["custom"] = {"stacking": {"mode": "normal"}, "fillOpacity": 60}
+    tier = f"{{{{{TIER}}}}} tier"
+    board = dashboard(
+        "gpu-fed",
+        "AI storage / is the GPU fed (per training pod)",
+        [
+            {**row("$pod", 0), "repeat": "pod"},
+            stacked,
+            panel(
+                "GPU busy, loader transform share, storage goodput",
+                {
+                    "GPU busy": f"ai_storage:gpu_utilization:ratio{sel}",
+                    "loader transforming": f"ai_storage:loader_transform:ratio{sel}",
+                    "storage goodput": f"ai_storage:storage_goodput:ratio{sel}",
+                },
+                "percentunit",
+                12,
+                1,
+            ),
+            panel("Read throughput", {tier: f"ai_storage:read_bytes:rate{sel}"}, "Bps", 0, 9),
+            panel("Read latency (mean)", {tier: f"ai_storage:read_latency_seconds:mean{sel}"}, "s", 12, 9),
+            panel(
+                "Prefetch hit ratio, and the JuiceFS cache hit ratio per mount (cold tier)",
+                {
+                    "prefetch": f"ai_storage:prefetch_hit_ratio{sel}",
+                    "cache {{mp}}": "ai_storage:juicefs_cache_hit_ratio",
+                },
+                "percentunit",
+                0,
+                17,
+            ),
+        ],
+    )
+    pods = {"name": "pod", "type": "query", "datasource": {"type": "prometheus", "uid": "${datasource}"}}
+    pods |= {"query": "label_values(ai_storage_steps_total, pod)", "multi": True, "includeAll": True, "refresh": 2}
+    board["templating"]["list"].append(pods)
+    return board
+
+
 def dashboards(window: str, checkpoint_window: str = "1h") -> dict[str, str]:
     """Every dashboard as ``<file name>: <JSON text>`` (the data of its ConfigMap); checkpoint figures over
     ``checkpoint_window``."""
     boards = [data_path(window), metadata_and_objects(window), training_and_protection(window, checkpoint_window)]
+    boards.append(gpu_fed(window))
     return {f"{b['uid']}.json": json.dumps(b, indent=1, sort_keys=True) for b in boards}

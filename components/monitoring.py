@@ -1,13 +1,14 @@
 """Monitoring: Prometheus Operator scrape objects for every part of the platform, its alert rules, and Grafana
 dashboards.
 
-For a cluster that runs the Prometheus Operator (kube-prometheus-stack, say). Scraped here: the JuiceFS mount
-pods and CSI driver (PodMonitors, port `metrics`), the metadata engine (a redis_exporter beside every Redis and
-Sentinel, added by MetadataEngine), the Volcano scheduler and controllers (the queues' PodGroup counts come from
-the controllers), MinIO, Fluid's controllers and its JuiceFSRuntime FUSE and worker pods (JuiceFS clients with
-the same metrics as the mount pods; the chart has no metrics values, so PodMonitors on the declared ports), and
-every training pod that runs the training library, in any namespace (label `ai-storage-platform/metrics:
-training`, port `train-metrics`: the platform's runtimes and the team jobs set both).
+For a cluster that runs the Prometheus Operator (kube-prometheus-stack, say). Scraped here: the JuiceFS mount pods
+and CSI driver (PodMonitors, port `metrics`), the metadata engine (a redis_exporter beside every Redis and Sentinel,
+added by MetadataEngine), the Volcano scheduler and controllers (the queues' PodGroup counts come from the
+controllers), MinIO, Fluid's controllers and its JuiceFSRuntime FUSE and worker pods (JuiceFS clients with the same
+metrics as the mount pods; the chart has no metrics values, so PodMonitors on the declared ports), the GPUs per pod
+(NVIDIA's DCGM exporter, ``gpu_metrics.py``), and every training pod that runs the training library, in any
+namespace (label `ai-storage-platform/metrics: training`, port `train-metrics`: the platform's runtimes and the team
+jobs set both).
 Rook-Ceph (the CephCluster's `monitoring`) and TopoLVM (its chart's PodMonitors) create their own, with the same
 selection labels. Every object the operator reads waits for its CRDs: without the operator, the preview stops with
 the name of the missing CRD before anything is created (set `monitoring.enabled: false` there).
@@ -25,6 +26,7 @@ import pulumi_kubernetes as k8s
 from .alert_rules import RuleSettings, rule_groups
 from .common import kube
 from .dashboards import dashboards
+from .gpu_metrics import GpuMetricsSettings, dcgm_exporter
 from .sections import DnsLabel, Resources, Section, Window
 from .training import DATA_TIER_LABEL, METRICS_LABELS, METRICS_PORT_NAME
 
@@ -59,6 +61,8 @@ class MonitoringSettings(Section):
     """How often the platform's targets are scraped."""
     rules: RuleSettings = RuleSettings()
     """Alert thresholds, rate windows and durations."""
+    gpu_metrics: GpuMetricsSettings = GpuMetricsSettings()
+    """GPU utilisation per pod from NVIDIA's DCGM exporter (the input-bound alerts join it to the training pods)."""
     exporter_resources: Resources = Resources(
         cpu_request="20m", cpu_limit="200m", memory_request="32Mi", memory_limit="128Mi"
     )
@@ -142,6 +146,7 @@ class Monitoring(pulumi.ComponentResource):
         self._after = [*self._crds, *(args.after or [])]
         ns = self._ns = kube.namespace(f"{name}-ns", s.namespace, "restricted", self)
         self._scrape_objects(args)
+        dcgm_exporter(name, s.gpu_metrics, s.selector_labels, s.scrape_interval, self, self._crds)
         rules = self._custom(
             "rules",
             "PrometheusRule",

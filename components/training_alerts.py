@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .alert_settings import RuleSettings, levels, seconds
+from .alert_settings import RuleSettings, alert, levels, seconds
 
 TIER = "ai_storage_platform_data_tier"
 """The training pods' data-tier label as their metrics carry it (the PodMonitor's ``podTargetLabels``)."""
@@ -37,6 +37,7 @@ def training_recording_rules(window: str, checkpoint_window: str) -> list[dict[s
             "record": "ai_storage:checkpoint_save_failure_ratio",
             "expr": f"rate({failures}[{cw}]) / (rate({failures}[{cw}]) + rate({saves}[{cw}]))",
         },
+        *step_recording_rules(w, cw),
         # The training pods' own reads, labelled with the tier they read (TIER, from the pod's data-tier label).
         {"record": "ai_storage:read_bytes:rate", "expr": f"rate(ai_storage_read_bytes_total[{w}])"},
         {"record": "ai_storage:reads:rate", "expr": f"rate(ai_storage_read_seconds_count[{w}])"},
@@ -45,6 +46,82 @@ def training_recording_rules(window: str, checkpoint_window: str) -> list[dict[s
             "expr": f"rate(ai_storage_read_seconds_sum[{w}]) / rate(ai_storage_read_seconds_count[{w}])",
         },
     ]
+
+
+def step_recording_rules(window: str, checkpoint_window: str) -> list[dict[str, Any]]:
+    """Per training pod: where its steps' time goes (the step timer, ``ai_storage_training.steps``), the share of
+    its loader's time spent transforming, its GPUs' utilisation (DCGM's, joined on the pod; else the library's own
+    NVML gauge) and its storage goodput over ``checkpoint_window``."""
+    w, cw = window, checkpoint_window
+    step = f"rate(ai_storage_step_seconds_total[{w}])"
+    wait, ckpt = (
+        f"rate(ai_storage_step_data_wait_seconds_total[{w}])",
+        f"rate(ai_storage_step_checkpoint_seconds_total[{w}])",
+    )
+    transform, read = f"rate(ai_storage_loader_transform_seconds_total[{w}])", f"rate(ai_storage_read_seconds_sum[{w}])"
+    lost = " + ".join(
+        f"rate({name}[{cw}])"
+        for name in (
+            "ai_storage_step_data_wait_seconds_total",
+            "ai_storage_step_checkpoint_seconds_total",
+            "ai_storage_checkpoint_restore_seconds_sum",
+            "ai_storage_lost_progress_seconds_total",
+        )
+    )
+    wall = " + ".join(
+        f"rate({name}[{cw}])"
+        for name in (
+            "ai_storage_step_seconds_total",
+            "ai_storage_checkpoint_restore_seconds_sum",
+            "ai_storage_lost_progress_seconds_total",
+        )
+    )
+    return [
+        {"record": "ai_storage:step_data_wait:ratio", "expr": f"{wait} / {step}"},
+        {"record": "ai_storage:step_checkpoint:ratio", "expr": f"{ckpt} / {step}"},
+        {"record": "ai_storage:step_compute:ratio", "expr": f"1 - ({wait} + {ckpt}) / {step}"},
+        {"record": "ai_storage:loader_transform:ratio", "expr": f"{transform} / ({transform} + {read})"},
+        {
+            "record": "ai_storage:gpu_utilization:ratio",
+            "expr": "avg by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL) / 100"
+            " or max by (namespace, pod) (ai_storage_gpu_utilization_ratio)",
+        },
+        {"record": "ai_storage:storage_goodput:ratio", "expr": f"1 - ({lost}) / ({wall})"},
+    ]
+
+
+def input_alerts(s: RuleSettings) -> list[dict[str, Any]]:
+    """The design's procedure as alerts: a job whose GPUs are busy less than ``gpu_busy_percent`` while it waits
+    for data longer than it computes is input-bound; its loader's time split says storage (reads) or CPU
+    (transforms). Annotated with the tier the job reads and its prefetch hit ratio."""
+    busy = f"{s.gpu_busy_percent:g}"
+    starved = (
+        "(ai_storage:step_data_wait:ratio > ai_storage:step_compute:ratio)"
+        f" and on (namespace, pod) (ai_storage:gpu_utilization:ratio * 100 < {busy})"
+    )
+    cpu = "on (namespace, pod) (ai_storage:loader_transform:ratio > 0.5)"
+    hit_ratio = (
+        "{{ with printf `ai_storage:prefetch_hit_ratio{namespace='%s',pod='%s'}` $labels.namespace $labels.pod"
+        " | query }}{{ . | first | value | humanizePercentage }}{{ else }}unknown{{ end }}"
+    )
+    tier = f"the {{{{ $labels.{TIER} }}}} tier"
+    storage = alert(
+        "TrainingInputBound",
+        f"{starved} unless {cpu}",
+        "warning",
+        s.pending_for,
+        f"A training job's GPUs are busy less than {busy} % while it waits longer for data from {tier} than it "
+        f"computes (prefetch hit ratio {hit_ratio})",
+    )
+    loader = alert(
+        "TrainingLoaderCPUBound",
+        f"{starved} and {cpu}",
+        "warning",
+        s.pending_for,
+        f"A training job's GPUs are busy less than {busy} % while its data loader spends most of its time "
+        "transforming samples: more loader workers or lighter transforms",
+    )
+    return [storage, loader]
 
 
 def read_alerts(s: RuleSettings) -> list[dict[str, Any]]:
@@ -78,6 +155,16 @@ def training_alerts(s: RuleSettings, checkpoint_interval: str) -> list[dict[str,
     t, f = s.thresholds, s.pending_for
     return [
         *read_alerts(s),
+        *input_alerts(s),
+        *levels(
+            "StorageGoodputLow",
+            "ai_storage:storage_goodput:ratio * 100",
+            "<",
+            t.storage_goodput_percent,
+            f,
+            "Less than {level} % of a training job's time is free of storage waits (data, checkpoints, restore, "
+            "progress lost at a restart)",
+        ),
         *levels(
             "TrainingPrefetchHitRatioLow",
             "ai_storage:prefetch_hit_ratio * 100",

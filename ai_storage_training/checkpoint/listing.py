@@ -1,7 +1,8 @@
 """``list DIR``: every committed step of a checkpoint directory, when it was committed, its size, and the training
 metrics the job saved with it, as a table or ``--json``. Reads the ``COMPLETE`` markers only: no lock, no
 validation (``restore-test`` and ``doctor --checkpoints`` validate). Markers from before the records show the time
-and metrics as unknown. Exit status 0, also when there is no committed step (the table says so)."""
+and metrics as unknown. Below the table: the progress a restart would lose now, from the step timer's record
+(``steps.py``). Exit status 0, also when there is no committed step (the table says so)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 from ..cli import EXIT_OK
 from ..cli_types import Directory
+from ..steps import progress_at_risk, risk_line
 from . import layout
 from .commit import read_marker
 
@@ -81,5 +83,9 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     rows = listing(args.directory)
-    print(json.dumps(rows, sort_keys=True) if args.json else table(args.directory, rows), flush=True)
+    if args.json:
+        print(json.dumps(rows, sort_keys=True), flush=True)
+        return EXIT_OK
+    risk = progress_at_risk(args.directory, rows[-1]["step"] if rows else None)
+    print(table(args.directory, rows) + (f"\n{risk_line(risk)}" if risk else ""), flush=True)
     return EXIT_OK

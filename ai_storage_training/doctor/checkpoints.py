@@ -25,6 +25,7 @@ from typing import Any
 
 from ..checkpoint import layout
 from ..checkpoint.commit import problems, read_marker
+from ..steps import PROGRESS_FILE, progress_at_risk
 from .report import meminfo, observation
 
 SHOWN = 5
@@ -93,6 +94,8 @@ def _sort(directory: Path, name: str, state: dict[str, Any], stale_before: float
         state[age].append(name)
     elif name in (layout.REFUSED, layout.RETIRED):
         state[name.lstrip(".")] = _held_aside(path, verify)
+    elif name == PROGRESS_FILE:
+        pass  # the step timer's record: progress_at_risk
     elif layout.parse_resume(name) is not None:
         state["resume_decisions"].append(name)
     else:
@@ -117,6 +120,7 @@ def inspect(directory: Path, *, verify: str = "crc32c", stale_minutes: float = 6
     state["newest_valid_metrics"] = newest["metrics"] if newest else {}
     state["staging_bytes_per_rank"] = -(-newest["bytes"] // newest["world_size"]) if newest else None
     state["host_memory_available_bytes"] = meminfo().get("MemAvailable")
+    state["progress_at_risk"] = progress_at_risk(directory, state["newest_valid_step"])
     return state
 
 

@@ -118,6 +118,7 @@ def judge(figures: dict[str, float], tier: str | None = None) -> dict[str, Any]:
     wait, ckpt = f["wait"] / f["step"], f["checkpoint"] / f["step"]
     loader = f.get("read", 0.0) + f.get("transform", 0.0)
     lookups = f.get("hits", 0.0) + f.get("misses", 0.0)
+    restore, lost = f.get("restore", 0.0), f.get("lost", 0.0)
     shares = {
         "step_seconds": round(f["step"] / f["steps"], 4),
         "data_wait_share": round(wait, 3),
@@ -126,6 +127,7 @@ def judge(figures: dict[str, float], tier: str | None = None) -> dict[str, Any]:
         "loader_read_share": round(f.get("read", 0.0) / loader, 3) if loader else None,
         "gpu_busy": round(f["gpu"], 3) if "gpu" in f else None,
         "prefetch_hit_ratio": round(f["hits"] / lookups, 3) if lookups else None,
+        "storage_goodput": round(1 - (f["wait"] + f["checkpoint"] + restore + lost) / (f["step"] + restore + lost), 3),
         "read_mb_s": round(f.get("read_bytes", 0.0) / f["step"] / 1e6, 1),  # what the job read per second of steps
     }
     waited = f"the loop waits for data {wait:.0%} of its step time"

@@ -9,6 +9,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from ..steps import risk_line
 from .thresholds import THRESHOLDS, Status
 
 MIB = 1024 * 1024
@@ -169,5 +170,7 @@ def summary(report: dict[str, Any]) -> str:
         lines += _juicefs_lines(report["juicefs"])
     if report.get("checkpoints"):
         lines.append(checkpoints_line(report["checkpoints"]))
+        if report["checkpoints"].get("progress_at_risk"):
+            lines.append(f"  {risk_line(report['checkpoints']['progress_at_risk'])}")
     lines.append(f"  verdict: {report['status'].upper()}")
     return "\n".join(lines)

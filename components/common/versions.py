@@ -32,6 +32,11 @@ TOPOLVM = ChartPin("topolvm", "17.1.0", "https://topolvm.github.io/topolvm", "to
 CERT_MANAGER = ChartPin("cert-manager", "v1.21.1", "https://charts.jetstack.io", "cert-manager")
 FLUID = ChartPin("fluid", "1.0.8", "https://fluid-cloudnative.github.io/charts", "fluid")
 VOLCANO = ChartPin("volcano", "1.15.1", "https://volcano-sh.github.io/helm-charts", "volcano")
+# GPU metrics per pod (DCGM_FI_DEV_GPU_UTIL, ...): NVIDIA's exporter, its chart's own image tag set explicitly.
+DCGM_EXPORTER = ChartPin(
+    "dcgm-exporter", "4.8.2", "https://nvidia.github.io/dcgm-exporter/helm-charts", "dcgm-exporter"
+)
+DCGM_EXPORTER_IMAGE_TAG = "4.5.3-4.8.2-distroless"
 KUBEFLOW_TRAINER = ChartPin("kubeflow-trainer", "2.3.0", "oci://ghcr.io/kubeflow/charts", "kubeflow-trainer")
 # Kubeflow Trainer v1 (training-operator) has no chart: the pinned kustomize overlay, and the operator image
 # that overlay sets at that tag (overlays/standalone `images: newTag`).

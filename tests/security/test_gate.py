@@ -19,6 +19,8 @@ PRIVILEGED_NAMESPACES: dict[str, str] = {
     "fluid-system": "Fluid's CSI node plugin (fuse.csi.fluid.io) mounts FUSE file systems on the node",
     "topolvm-system": "TopoLVM's lvmd and CSI node plugin manage LVM volume groups and mounts on the host",
     "rook-ceph": "Ceph OSDs use the host's raw devices; the Ceph CSI node plugins mount RBD and CephFS on the host",
+    "gpu-metrics": "NVIDIA's DCGM exporter reads the kubelet's pod-resources socket (hostPath) to name each GPU's pod "
+    "and needs SYS_ADMIN for the profiling counters (its chart's defaults)",
     "training": "Fluid runs each dataset's FUSE pods in the dataset's namespace, and training pods must share that "
     "namespace to mount the dataset's claim; audit and warn stay at restricted so privileged training pods show up",
 }

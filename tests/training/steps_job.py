@@ -4,7 +4,8 @@ sleep: the host waiting on its GPU), checkpoints through the AsyncCheckpointer e
 
 With WORLD_SIZE in the environment each process is a rank (gloo; an all-reduce per step, as DDP does). It resumes
 from the newest checkpoint in ``--checkpoint-dir`` (the step timer counts the progress a restart lost), runs
-``--steps`` steps (the epochs repeat), then writes its metrics scrape to ``--scrape``. ``--hang-at N``: print
+``--steps`` steps (the epochs repeat), then writes its metrics scrape to ``--scrape`` (rank 0: with the ranks sharing
+one PROMETHEUS_MULTIPROC_DIR, the job's sums). ``--hang-at N``: print
 ``reached N`` at step N and keep training slowly (the tests kill it with SIGKILL). Run by the step tests and by
 ``benchmarks/step_verdicts.py``; set PROMETHEUS_MULTIPROC_DIR to count the workers' reads and transforms.
 """
@@ -92,7 +93,9 @@ def main() -> int:
             break
     if saver is not None:
         saver.close()
-    if args.scrape:
+    if dist.is_initialized():
+        dist.barrier()  # every rank has counted its steps (a shared PROMETHEUS_MULTIPROC_DIR: the job's sums)
+    if args.scrape and (not dist.is_initialized() or dist.get_rank() == 0):
         Path(args.scrape).write_bytes(generate_latest(metrics.registry()))
     print(f"figures {timer.figures()}", flush=True)
     if dist.is_initialized():

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from components.common import versions
+from components.gpu_metrics import GpuMetricsSettings
 from components.job_kinds import volcano_job_spec
 from components.jobs import JobSettings, PodContext
 from components.monitoring import CRDS, Monitoring, MonitoringArgs, MonitoringSettings
@@ -92,7 +96,41 @@ def test_dashboards_are_labelled_for_the_grafana_sidecar(build):
         "AI storage / data path",
         "AI storage / metadata and object store",
         "AI storage / training jobs and data protection",
+        "AI storage / is the GPU fed (per training pod)",
     }
+    gpu = next(json.loads(text) for text in config["data"].values() if "GPU" in json.loads(text)["title"])
+    assert gpu["panels"][0]["repeat"] == "pod"  # a row per training pod
+    assert "pod" in {v["name"] for v in gpu["templating"]["list"]}
+
+
+def test_the_dcgm_exporter_keeps_the_pods_labels_and_is_selected_by_the_operator(build):
+    result, monitor = build(lambda: Monitoring("mon", EVERYTHING))
+    (chart,) = [c for c in result.charts if c["chart"] == "dcgm-exporter"]
+    assert chart["version"] == versions.DCGM_EXPORTER.version and chart["namespace"] == "gpu-metrics"
+    values = chart["values"]
+    assert values["image"]["tag"] == versions.DCGM_EXPORTER_IMAGE_TAG
+    # The exporter's namespace/pod labels name the GPU's pod: Prometheus must not rename them exported_*.
+    assert values["serviceMonitor"] == {
+        "enabled": True,
+        "interval": "30s",
+        "honorLabels": True,
+        "additionalLabels": {"release": "kube-prometheus-stack"},
+    }
+    assert values["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    # hostPath to the kubelet's pod-resources socket and SYS_ADMIN: Pod Security privileged, there only.
+    namespace = by_name(result, "Namespace", "gpu-metrics")
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    release = next(r for r in monitor.registrations if r.type == "kubernetes:helm.sh/v3:Release")
+    assert any(d.endswith("mon-servicemonitors-crd") for d in release.dependencies)
+
+
+@pytest.mark.parametrize("source", ["existing", "none"])
+def test_an_existing_or_no_dcgm_exporter_installs_nothing(build, source):
+    settings = MonitoringSettings(gpu_metrics=GpuMetricsSettings(source=source))
+    result, _ = build(lambda: Monitoring("mon", MonitoringArgs(settings, juicefs_namespace="jfs")))
+    assert result.charts == [] and not [
+        o for o in objects(result, "Namespace") if o["metadata"]["name"] == "gpu-metrics"
+    ]
 
 
 def test_the_training_podmonitor_selects_the_runtimes_pods_and_a_team_volcano_jobs_pods_on_their_port(
