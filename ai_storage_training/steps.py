@@ -115,17 +115,22 @@ class StepTimer:
         self._window: dict[str, float] = {}
 
     def iterate(self, batches: Iterable[T]) -> Iterator[T]:
-        """Yield the batches of ``batches``, timing each step."""
-        self._gpu = GpuSampler()
-        if self._gpu.reason:
-            self.log(f"steps: no GPU figure: {self._gpu.reason}")
-        if getattr(batches, "num_workers", 0) and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-            self.log("steps: the loader's read/transform split needs $PROMETHEUS_MULTIPROC_DIR (DataLoader workers)")
-        self._count_lost_progress()
-        self._window = self._snapshot()
+        """Yield the batches of ``batches``, timing each step (call it again for each epoch: the same timer
+        goes on counting)."""
+        first = self._gpu is None  # the run's first batch: the loader starts, not a step's wait
+        if first:
+            self._gpu = GpuSampler()
+            if self._gpu.reason:
+                self.log(f"steps: no GPU figure: {self._gpu.reason}")
+            if getattr(batches, "num_workers", 0) and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+                self.log(
+                    "steps: the loader's read/transform split needs $PROMETHEUS_MULTIPROC_DIR (DataLoader workers)"
+                )
+            self._count_lost_progress()
+            self._window = self._snapshot()
         source = iter(batches)
         blocked = metrics.process_total("blocked")
-        asked, first = time.perf_counter(), True
+        asked = time.perf_counter()
         try:
             while True:
                 try:
@@ -136,7 +141,7 @@ class StepTimer:
                 self.step += 1  # the step this batch is for
                 yield batch
                 now, blocked_now = time.perf_counter(), metrics.process_total("blocked")
-                if first:  # the loader's start (workers spawning, files opening) is not a step's wait
+                if first:
                     first = False
                 else:
                     self._count(now - asked, got - asked, blocked_now - blocked)

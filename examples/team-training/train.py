@@ -44,6 +44,7 @@ from ai_storage_training.checkpoint.async_save import AsyncCheckpointer
 from ai_storage_training.checkpoint.dcp import restore
 from ai_storage_training.data.datasets import ShardDataset, load_loader_state
 from ai_storage_training.data.manifest import DIR_VARIABLE
+from ai_storage_training.steps import StepTimer
 
 FEATURES, BATCH = 16, 8
 
@@ -135,8 +136,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--keep", type=int, default=3, help="durable checkpoints to keep")
     parser.add_argument("--max-in-flight", type=int, default=1, help="checkpoint saves running at once")
     parser.add_argument("--step-seconds", type=float, default=0.0, help="extra time per step (tests: a slow job)")
+    parser.add_argument("--log-every", type=int, default=100, help="steps between the step timer's log lines")
     args = parser.parse_args()
-    for name in ("steps", "save_every", "keep", "max_in_flight"):
+    for name in ("steps", "save_every", "keep", "max_in_flight", "log_every"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')}: expected a positive integer; got {getattr(args, name)}")
     if args.workers < 0:
@@ -173,9 +175,12 @@ def train(args: argparse.Namespace, trained, optimizer, position: DataPosition, 
     ``save(step, loss)`` every --save-every steps; return the last step and loss."""
     device = next(trained.parameters()).device
     loss = torch.zeros(())
+    timer = StepTimer(
+        start_step=step, log_every=args.log_every, progress_dir=args.checkpoint_dir
+    )  # where each step's time goes (docs/training.md)
     while step < args.steps:
         args.dataset.set_epoch(position.epoch)
-        for keys, batch in position.loader:
+        for keys, batch in timer.iterate(position.loader):
             step += 1
             position.trained_on(keys)
             inputs = batch.to(device, non_blocking=True)  # from pinned memory under CUDA
