@@ -2,7 +2,7 @@
 compute-bound, each judged by ``doctor job``) turned into the series Prometheus would scrape from such a pod, with
 a DCGM exporter's GPU utilisation beside them; ``promtool test rules`` shows TrainingInputBound fire for the
 storage-bound run only, TrainingLoaderCPUBound for the CPU-bound run only, StorageGoodputLow for both, and nothing
-for the compute-bound run.
+for the compute-bound run; a pod that waits as the storage-bound run but whose GPU is busy 90 % is not input-bound.
 
 The runs were on CPU (no GPU): the DCGM series give each pod a GPU busy for the share of its step the loop
 computed (what a GPU doing the compute would show), as the exporter labels it with the pod it is assigned to.
@@ -24,11 +24,12 @@ TESTED = ("TrainingInputBound", "TrainingLoaderCPUBound", "StorageGoodputLow")
 FIRING = {
     "storage": {"TrainingInputBound", "StorageGoodputLow"},
     "cpu": {"TrainingLoaderCPUBound", "StorageGoodputLow"},
+    "storage-busy-gpu": {"StorageGoodputLow"},  # waits as the storage run, but its GPU is busy: not input-bound
 }
 TIER = "ai_storage_platform_data_tier"
 
 
-def series(name: str, run: dict) -> dict[str, str]:
+def series(name: str, run: dict, gpu_busy: float | None = None) -> dict[str, str]:
     """The run's pod as Prometheus would hold it: its counters growing at the run's rates (per second of steps),
     and the DCGM exporter's utilisation of the GPU assigned to it."""
     totals, share = run["totals"], run["verdict"]["figures"]
@@ -47,7 +48,8 @@ def series(name: str, run: dict) -> dict[str, str]:
         f"ai_storage_lost_progress_seconds_total{{{labels}}}": gauge(0),
     }
     gpu = f'namespace="team",pod="{name}",container="trainer",gpu="0",UUID="GPU-{name}",Hostname="node-1"'
-    out[f"DCGM_FI_DEV_GPU_UTIL{{{gpu}}}"] = gauge(round(100 * share["compute_share"]))
+    busy = round(100 * share["compute_share"]) if gpu_busy is None else gpu_busy
+    out[f"DCGM_FI_DEV_GPU_UTIL{{{gpu}}}"] = gauge(busy)
     return out
 
 
@@ -85,9 +87,14 @@ def test_the_runs_verdicts_are_the_expected_ones():
 
 def test_the_alerts_fire_for_the_storage_and_cpu_bound_runs_only(promtool, tmp_path):  # noqa: F811
     runs = json.loads(RESULTS.read_text())["runs"]
+    runs["storage-busy-gpu"] = {**runs["storage"], "gpu_busy": 90}
     groups = rule_groups(RuleSettings(), replicas=None, ceph=False, volcano=False)
     rules = {(r["alert"], r["labels"]["severity"]): r for g in groups for r in g["rules"] if "alert" in r}
-    inputs = [{"series": k, "values": v} for name, run in runs.items() for k, v in series(name, run).items()]
+    inputs = [
+        {"series": k, "values": v}
+        for name, run in runs.items()
+        for k, v in series(name, run, run.get("gpu_busy")).items()
+    ]
     checks = []
     for alert in TESTED:
         exp = [
