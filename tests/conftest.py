@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -105,3 +106,16 @@ def by_name(result: render.Rendering, kind: str, name: str) -> dict[str, Any]:
 def dumps(value: Any) -> str:
     """Stable JSON text, for asserting on whole inputs."""
     return json.dumps(value, sort_keys=True)
+
+
+@pytest.fixture(scope="module")
+def packed_dataset(tmp_path_factory):
+    """A packed dataset version of 400 samples of 16 KiB in 13 shards (the step tests' data)."""
+    from ai_storage_training.data.pack import pack
+
+    root = tmp_path_factory.mktemp("steps-data")
+    (root / "files").mkdir()
+    for i in range(400):
+        (root / "files" / f"s{i:05d}.bin").write_bytes(os.urandom(16 * 1024))
+    pack(root / "files", root / "packed", "steps", "v1", shard_bytes=512 * 1024)
+    return root / "packed" / "steps" / "v1"

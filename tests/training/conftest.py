@@ -22,16 +22,3 @@ DOCTOR_SAYS = "python -m ai_storage_training doctor: "
 def beyond_progress(stderr: str) -> list[str]:
     """What the doctor wrote on stderr besides its progress lines."""
     return [line for line in stderr.splitlines() if not line.startswith(DOCTOR_SAYS) or " doctor: error: " in line]
-
-
-@pytest.fixture(scope="module")
-def packed_dataset(tmp_path_factory):
-    """A packed dataset version of 400 samples of 16 KiB in 13 shards (the step tests' data)."""
-    from ai_storage_training.data.pack import pack
-
-    root = tmp_path_factory.mktemp("steps-data")
-    (root / "files").mkdir()
-    for i in range(400):
-        (root / "files" / f"s{i:05d}.bin").write_bytes(os.urandom(16 * 1024))
-    pack(root / "files", root / "packed", "steps", "v1", shard_bytes=512 * 1024)
-    return root / "packed" / "steps" / "v1"

@@ -58,7 +58,13 @@ def main() -> int:
     ap.add_argument("--save-every", type=int, default=0)
     ap.add_argument("--hang-at", type=int, default=0)
     ap.add_argument("--scrape")
+    ap.add_argument("--serve-port", type=int, default=0, help="serve the metrics on this port while it runs")
+    ap.add_argument("--linger", type=float, default=0.0, help="seconds to keep serving them after the last step")
+    ap.add_argument("--start-after", type=float, default=0.0, help="seconds to serve them before the first step")
     args = ap.parse_args()
+    if args.serve_port:
+        metrics.serve(port=args.serve_port, addr="127.0.0.1")
+        time.sleep(args.start_after)  # a scraper sees the counters at 0 first
     if "WORLD_SIZE" in os.environ:
         dist.init_process_group("gloo")
     start, manager, saver = 0, None, None
@@ -98,6 +104,7 @@ def main() -> int:
     if args.scrape and (not dist.is_initialized() or dist.get_rank() == 0):
         Path(args.scrape).write_bytes(generate_latest(metrics.registry()))
     print(f"figures {timer.figures()}", flush=True)
+    time.sleep(args.linger)
     if dist.is_initialized():
         dist.destroy_process_group()
     return 0
