@@ -18,6 +18,7 @@ import pytest
 
 from ai_storage_training import metrics
 from ai_storage_training.doctor import job
+from ai_storage_training.doctor.checkpoints import inspect
 from ai_storage_training.gpu import GpuSampler
 from ai_storage_training.steps import StepTimer
 
@@ -116,6 +117,18 @@ def test_kill_9_and_resume_counts_the_progress_lost(tmp_path, packed_dataset):
         first.wait()
     reached = json.loads((tmp_path / "ck" / ".steps.json").read_text())
     assert reached["step"] > 25
+    # What a restart would lose now, before it happens: list and the doctor read the timer's record.
+    listed = subprocess.run(
+        [sys.executable, "-m", "ai_storage_training", "list", str(tmp_path / "ck")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    risk = f"a restart now resumes at 20 and loses {reached['step'] - 20} steps"
+    assert listed.returncode == 0 and risk in listed.stdout.splitlines()[-1], listed.stdout
+    state = inspect(tmp_path / "ck", verify="size")
+    assert state["progress_at_risk"]["steps_lost"] == reached["step"] - 20 and state["other"] == []
     second = subprocess.run(
         [sys.executable, str(JOB), *common, "--steps", "5", "--scrape", str(tmp_path / "r.prom")],
         env=env,
