@@ -269,6 +269,18 @@ def checkpoint_panels(window: str, y: int) -> list[dict[str, Any]]:
     ]
 
 
+POD_VARIABLE: dict[str, Any] = {
+    "name": "pod",
+    "type": "query",
+    "datasource": {"type": "prometheus", "uid": "${datasource}"},
+    "query": "label_values(ai_storage_steps_total, pod)",
+    "multi": True,
+    "includeAll": True,
+    "refresh": 2,
+}
+"""The dashboard variable of the training pods that run the step timer (one row each)."""
+
+
 def gpu_fed(window: str) -> dict[str, Any]:
     """Is each job's GPU fed: a row per training pod (Grafana repeats it for each pod the ``pod`` variable picks):
     its step time stacked by cause, GPU busy, its loader's split and storage goodput, the reads of the tier it
@@ -323,9 +335,7 @@ def gpu_fed(window: str) -> dict[str, Any]:
             ),
         ],
     )
-    pods = {"name": "pod", "type": "query", "datasource": {"type": "prometheus", "uid": "${datasource}"}}
-    pods |= {"query": "label_values(ai_storage_steps_total, pod)", "multi": True, "includeAll": True, "refresh": 2}
-    board["templating"]["list"].append(pods)
+    board["templating"]["list"].append(POD_VARIABLE)
     return board
 
 

@@ -20,6 +20,7 @@ from pydantic import Field
 from .backends.object_stores.bucket import ROLE_ANNOTATION, ScopedAccess, role_account
 from .common import kube, versions
 from .metadata_backup import BACKUP_ACCOUNT, BackupSecrets, BackupSettings, backup_destination, metadata_backup
+from .node_cache import CACHE_PATH
 from .node_storage import default_tolerations, with_node_tolerations
 from .sections import DnsLabel, Section
 from .storage_tiers import Tier, TierClass
@@ -41,8 +42,9 @@ CHART_ACCOUNTS = {"controller": "juicefs-csi-controller-sa", "node": "juicefs-cs
 class CacheSettings(Section):
     """The JuiceFS client cache on each node (mount options of the cold tier)."""
 
-    cache_dir: str = Field("/var/jfsCache", pattern=r"^/[^,\s]*$")
-    """Node directory of the local block cache (put it on NVMe)."""
+    cache_dir: str = Field(f"{CACHE_PATH}/juicefs", pattern=r"^/[^,\s]*$")
+    """Node directory of the local block cache: on the node cache volume (`localNvme.cacheVolume`, the node's
+    NVMe); `a:b` spreads it over several directories."""
     cache_size_mib: int = Field(102400, ge=0, le=100 * 1024 * 1024)
     """Local cache capacity in MiB."""
     free_space_ratio: float = Field(0.1, ge=0.0, lt=1.0)

@@ -16,6 +16,7 @@ import pulumi
 from pydantic import Field
 
 from .common import kube, versions
+from .node_cache import CacheVolumeSettings, node_cache
 from .node_storage import default_tolerations, with_node_tolerations
 from .sections import DnsLabel, Problem, Section
 from .storage_tiers import Tier, TierClass
@@ -82,9 +83,11 @@ class LocalNVMeSettings(Section):
     """Turn on TopoLVM's pod-mutating webhook (only for the scheduler extender; installs cert-manager)."""
     cert_manager_namespace: DnsLabel = "cert-manager"
     """Namespace of cert-manager (only with `podMutatingWebhook`)."""
+    cache_volume: CacheVolumeSettings = CacheVolumeSettings()
+    """A volume of its own on each node for the JuiceFS and Fluid caches (`node_cache.py`)."""
 
     def problems(self) -> list[Problem]:
-        """Device class names are unique and exactly one class is the default."""
+        """Device class names are unique, exactly one class is the default, the cache volume's class exists."""
         names = [c.name for c in self.device_classes]
         found = []
         if len(set(names)) != len(names):
@@ -95,7 +98,18 @@ class LocalNVMeSettings(Section):
             found.append(
                 Problem("deviceClasses", "expected exactly one device class with default: true", defaults, hint)
             )
+        wanted = self.cache_volume.device_class
+        if self.cache_volume.enabled and wanted is not None and wanted not in names:
+            expected = f"expected one of the device classes ({', '.join(names)})"
+            found.append(
+                Problem("cacheVolume.deviceClass", expected, wanted, "name a class of localNvme.deviceClasses")
+            )
         return found
+
+    def cache_volume_group(self) -> str:
+        """The volume group the node cache volume comes from."""
+        wanted = self.cache_volume.device_class
+        return next((c for c in self.device_classes if c.name == wanted), self.default_class()).volume_group
 
     def default_class(self) -> DeviceClassSettings:
         """The default device class."""
@@ -172,6 +186,11 @@ class LocalNVMe(pulumi.ComponentResource):
         pin = versions.TOPOLVM
         values = chart_values(s, args.monitoring_labels, args.node_tolerations)
         self._topolvm = kube.release(f"{name}-topolvm", pin, ns.metadata.name, values, self, depends_on=after)
+        if s.cache_volume.enabled:
+            tolerations = list(args.node_tolerations)
+            node_cache(
+                name, s.cache_volume_group(), s.cache_volume, ns.metadata.name, s.node_selector, tolerations, self
+            )
         self.device_classes = [c.name for c in s.device_classes]
         self.register_outputs({"device_classes": self.device_classes})
 

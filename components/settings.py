@@ -28,6 +28,7 @@ from .metadata_engine import MetadataSettings
 from .monitoring import MonitoringSettings
 from .namespace_rules import team_namespace_problems
 from .network_policies import NetworkPolicySettings
+from .node_cache import platform_cache_problems
 from .node_storage import NodeStorageSettings
 from .object_store import ObjectStoreSettings
 from .rook_ceph import RookCephSettings
@@ -154,8 +155,8 @@ class PlatformSettings(Section):
         ]
 
     def _storage_problems(self) -> list[Problem]:
-        """Ceph staying off TopoLVM's NVMe disks, RGW needing Rook-Ceph, ElastiCache needing AWS, and a metadata
-        engine that survives a node loss in a protected stack."""
+        """Ceph off TopoLVM's disks, RGW needing Rook-Ceph, ElastiCache needing AWS, a metadata engine that
+        survives a node loss in a protected stack, the caches on the node cache volume."""
         found = []
         m = self.metadata
         if self.juicefs.enabled and self.cluster.protect_stateful_resources and not m.accept_node_loss_risk:
@@ -203,7 +204,7 @@ class PlatformSettings(Section):
                     "enable rookCeph (it runs the RGW object store) or pick another backend",
                 )
             )
-        return found
+        return found + platform_cache_problems(self)  # the JuiceFS and Fluid caches on the node cache volume
 
     def _scheduling_problems(self) -> list[Problem]:
         """Training needs Volcano, a checkpoint tier and known queues; JuiceFS datasets need JuiceFS."""
@@ -317,8 +318,7 @@ def load_profile(name: str) -> dict[str, Any]:
         raise SettingsError(
             [Problem("profile", f"expected one of {', '.join(profiles())}", name, "profiles are the files in stacks/")]
         )
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict):
+    if not isinstance(data := yaml.safe_load(path.read_text()) or {}, dict):
         raise SettingsError([Problem("profile", "expected a mapping of settings", type(data).__name__, f"fix {path}")])
     return data
 

@@ -28,9 +28,9 @@ from ..cli_types import Directory, Integer, Number, OutputFile
 from .checkpoints import findings as checkpoint_findings
 from .checkpoints import inspect
 from .design import DesignRefusedError, design_test, plan
-from .juicefs import JUICEFS_FSTYPE, juicefs_state, mount_of
+from .juicefs import JUICEFS_FSTYPE, cache_on_root, juicefs_state, mount_of
 from .reads import MIB, data_files, prefetch_test, read_tests
-from .report import design_reads, figure_findings, host_identity, summary, tool_findings, verdict
+from .report import design_reads, figure_findings, host_identity, observation, summary, tool_findings, verdict
 from .timing import checkpoint_test
 
 
@@ -81,6 +81,12 @@ def diagnose(
     report["checkpoint"] = checkpoint_test(checkpoint_dir or path, checkpoint_mib * MIB, saves)
     report["juicefs"] = juicefs_state(mountpoint) if fstype == JUICEFS_FSTYPE else None
     report["findings"] = figure_findings(report) + tool_findings(report)
+    for directory in cache_on_root(report["juicefs"] or {}):
+        detail = (
+            f"{directory} is on the node's root filesystem: the cache fills the system disk; put it on the node "
+            "cache volume (localNvme.cacheVolume, juicefs.cache.cacheDir)"
+        )
+        report["findings"].append(observation("cache_on_root", "JuiceFS cache on the root disk", "warning", detail))
     if checkpoints is not None:
         say(f"reading the checkpoints of {checkpoints} ({verify})")
         report["checkpoints"] = inspect(checkpoints, verify=verify, stale_minutes=stale_minutes)

@@ -29,6 +29,10 @@ CEPH_CSI_DRIVERS = ChartPin(
     "ceph-csi-drivers", "1.0.4", "https://ceph.github.io/ceph-csi-operator", "rook-ceph/ceph-csi-drivers/chart"
 )
 TOPOLVM = ChartPin("topolvm", "17.1.0", "https://topolvm.github.io/topolvm", "topolvm")
+# TopoLVM's image at the chart's appVersion (lvm, mkfs and nsenter): the node cache volume's preparation.
+TOPOLVM_IMAGE = "ghcr.io/topolvm/topolvm-with-sidecar:0.41.0"
+# The container that holds a DaemonSet pod whose work is done by its init container.
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 CERT_MANAGER = ChartPin("cert-manager", "v1.21.1", "https://charts.jetstack.io", "cert-manager")
 FLUID = ChartPin("fluid", "1.0.8", "https://fluid-cloudnative.github.io/charts", "fluid")
 VOLCANO = ChartPin("volcano", "1.15.1", "https://volcano-sh.github.io/helm-charts", "volcano")

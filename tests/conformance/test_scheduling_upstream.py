@@ -26,6 +26,7 @@ VARIANTS = {
         }
     },
     "alluxio-and-required-affinity": {
+        "localNvme": {"cacheVolume": {"sizeGib": 64}},  # the JuiceFS cache (11 GiB) and the SSD level (50 GiB)
         "fluid": {
             "dataAffinity": "required",
             "datasets": [
@@ -35,7 +36,7 @@ VARIANTS = {
                     "prewarmPaths": ["/train", "/val"],
                     "cache": [
                         {"medium": "MEM", "quota": "1Gi"},
-                        {"medium": "SSD", "path": "/mnt/nvme", "quota": "50Gi"},
+                        {"medium": "SSD", "path": "/var/lib/ai-storage-cache/fluid", "quota": "50Gi"},
                     ],
                 },
                 {
@@ -47,7 +48,7 @@ VARIANTS = {
                     "cache": [{"medium": "HDD", "path": "/mnt/hdd", "quota": "1Ti", "high": 0.8, "low": 0.5}],
                 },
             ],
-        }
+        },
     },
 }
 

@@ -144,3 +144,53 @@ def test_an_io_failure_while_running_is_one_line_exit_3_and_no_report(data):
     errors = beyond_progress(proc.stderr)
     assert proc.returncode == 3 and len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert "doctor: error: FileNotFoundError" in proc.stderr and not os.path.exists(target)
+
+
+MOUNTINFO = "\n".join(
+    [
+        "22 1 259:1 / / rw,relatime - ext4 /dev/nvme0n1p1 rw",  # the node's root disk
+        "30 22 253:0 / /var/lib/ai-storage-cache rw,relatime - xfs /dev/mapper/nvme--vg-ai--storage--cache rw",
+        # In a JuiceFS mount pod: hostPaths are bind mounts showing the path within their filesystem.
+        "40 22 259:1 /var/jfsCache /var/jfsCache rw - ext4 /dev/nvme0n1p1 rw",
+        "41 22 253:0 /juicefs /data/cache rw - xfs /dev/mapper/nvme--vg-ai--storage--cache rw",
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    ("path", "on_root"),
+    [
+        ("/var/jfsCache", True),  # the hostPath of JuiceFS's default, on the root disk
+        ("/var/jfsCache/uuid", True),
+        ("/var/lib/ai-storage-cache/juicefs", False),  # the node cache volume
+        ("/data/cache", False),  # a hostPath of the node cache volume, mounted elsewhere in the pod
+        ("/opt/cache", True),  # no mount of its own: the root filesystem
+    ],
+)
+def test_a_cache_directory_on_the_root_filesystem_is_told_from_one_on_a_volume_of_its_own(path, on_root):
+    assert doctor_juicefs.on_root_filesystem(path, MOUNTINFO) is on_root
+
+
+def test_the_doctor_warns_when_the_juicefs_cache_is_on_the_root_disk(tmp_path, monkeypatch):
+    cache = tmp_path / "jfs-cache"
+    cache.mkdir()
+    state = {"cache": {"dir": f"{cache}:/no/such/dir"}}
+    root_disk = f"22 1 259:1 / / rw - ext4 /dev/sda1 rw\n50 22 259:1 {cache} {cache} rw - ext4 /dev/sda1 rw"
+    assert doctor_juicefs.cache_on_root(state, root_disk) == [str(cache)]  # the missing one is not judged
+    own_volume = f"22 1 259:1 / / rw - ext4 /dev/sda1 rw\n50 22 253:0 / {cache} rw - xfs /dev/dm-0 rw"
+    assert doctor_juicefs.cache_on_root(state, own_volume) == []
+    # The whole doctor: a JuiceFS mount whose cache is on the root disk gets the warning finding.
+    from ai_storage_training.doctor import command
+
+    monkeypatch.setattr(command, "mount_of", lambda path: (str(tmp_path), command.JUICEFS_FSTYPE))
+    monkeypatch.setattr(command, "juicefs_state", lambda mountpoint: state)
+    monkeypatch.setattr(command, "cache_on_root", lambda found: doctor_juicefs.cache_on_root(found, root_disk))
+    (tmp_path / "data").mkdir()
+    report = command.diagnose(tmp_path / "data", checkpoint_mib=1, saves=1, use_fio=False)
+    (finding,) = [f for f in report["findings"] if f.get("check") == "cache_on_root"]
+    assert (
+        finding["status"] == "warning"
+        and str(cache) in finding["detail"]
+        and "localNvme.cacheVolume" in finding["detail"]
+    )
+    assert report["status"] == "warning"

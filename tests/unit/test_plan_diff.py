@@ -91,9 +91,10 @@ def test_upgrade_adds_each_tier_class_its_decision_record_in_place(upgrade, stac
 def test_upgrade_changes_the_cold_mount_options_for_new_volumes_only(upgrade, stack):
     diff = plan_diff.diff_stack(stack, *upgrade[stack], [])
     cold = by_action(diff, "update")["StorageClass/cold"]
-    assert without_decision_records(cold.fields) == [".mountOptions[11]"]
+    assert without_decision_records(cold.fields) == [".mountOptions[0]", ".mountOptions[11]"]
     (note,) = cold.notes
     assert '"verify-cache-checksum=extend" -> "verify-cache-checksum=shrink"' in note
+    assert '"cache-dir=/var/jfsCache" -> "cache-dir=/var/lib/ai-storage-cache/juicefs"' in note
     assert "reaches only volumes provisioned from now on" in note
 
 

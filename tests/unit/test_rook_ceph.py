@@ -198,7 +198,12 @@ def test_a_device_filter_that_reaches_nvme_is_rejected_while_topolvm_is_on():
     assert "rookCeph.storage.deviceFilter: expected a filter that matches no NVMe device" in str(caught.value)
     settings = load_settings(
         "prod",
-        {"rookCeph": {"storage": {"deviceFilter": "^nvme"}}, "localNvme": {"enabled": False}, "tiers": {"hot": "none"}},
+        {
+            "rookCeph": {"storage": {"deviceFilter": "^nvme"}},
+            "localNvme": {"enabled": False},
+            "tiers": {"hot": "none"},
+            "juicefs": {"cache": {"cacheDir": "/mnt/cache-disk/jfs"}},  # no node cache volume: a data disk named
+        },
     )
     assert settings.rook_ceph.storage.device_filter == "^nvme"
 
