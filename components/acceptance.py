@@ -1,14 +1,18 @@
 """StorageAcceptance: per-tier fio Jobs that tell a platform team whether each tier meets its targets.
 
-Each Job claims a volume of the tier's StorageClass and runs the design's three stories (``stories``): a
-sequential write (1 MiB blocks, 4 jobs: the checkpoint burst of four ranks), a sequential read (1 MiB, 4 jobs) and
-a random read (256 KiB, 8 jobs, iodepth 32), each with direct I/O where the filesystem takes it (the script probes
-it first and says when it does not, e.g. a FUSE mount without direct I/O; then buffered, the page cache dropped
-per file), each time-bounded; on the cold tier also a first and a second read of the written files (cold, then
-warm from the JuiceFS cache). It prints fio's JSON, one summary line per figure and a verdict against the stack's
-thresholds, and exits 1 when one is missed: the Job fails, the ``StorageAcceptanceFailed`` alert fires, and with
-``blockUntilDone`` the update fails too. The job file and script are pure functions: the tests run them with the
-real fio.
+Each Job claims a volume of the tier's StorageClass and runs the design's three stories (``stories``) as the design
+runs them: time-based (``runtimeSeconds``, 60 s: fio goes on for that long whatever the size), ``sizeMib`` per job
+as fio means it (10 GiB: the four sequential writers write 4 x 10 GiB), in a pod of the design's bench size
+(``resources``: 4 CPU, 8 GiB): a sequential write (1 MiB blocks, 4 jobs: the checkpoint burst of four ranks), a
+sequential read (1 MiB, 4 jobs) and a random read (256 KiB, 8 jobs, iodepth 32) of the written files, each with
+direct I/O where the filesystem takes it (the script probes it first and says when it does not, e.g. a FUSE mount
+without direct I/O; then buffered, the page cache dropped per file); on the cold tier also one pass of a first and a
+second read of the written files (cold, then warm from the JuiceFS cache). Each tier is judged against its own floor
+from the design's pyramid (``DESIGN_FLOORS``: local NVMe 3-14 GB/s, distributed FS 1-10 GB/s, object store 0.1-5
+GB/s, their lower ends), which ``thresholds`` may change per figure. It prints fio's JSON, one summary line per
+figure and a verdict against the stack's thresholds, and exits 1 when one is missed: the Job fails, the
+``StorageAcceptanceFailed`` alert fires, and with ``blockUntilDone`` the update fails too. The job file and script
+are pure functions: the tests run them with the real fio.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ MIB = 1024 * 1024
 
 
 class Thresholds(Section):
-    """Minimum figures a tier must reach for its acceptance Job to pass (aggregates over a story's jobs)."""
+    """Minimum figures a tier must reach for its acceptance Job to pass (aggregates over a story's jobs); a figure
+    not set is the tier's design floor (``DESIGN_FLOORS``)."""
 
     seq_read_mib_s: int = Field(100, ge=0)
     """Sequential 1M read, MiB/s."""
@@ -41,26 +46,51 @@ class Thresholds(Section):
     """Cold tier only: warm-cache read speed over cold read speed (the design's JuiceFS exercise: 3x)."""
 
 
+def _gb_s(gb_per_second: float) -> int:
+    """The design's GB/s (10^9 bytes) in the MiB/s fio reports."""
+    return int(gb_per_second * 1e9 / MIB)
+
+
+DESIGN_FLOORS: dict[Tier, Thresholds] = {
+    "hot": Thresholds(seq_read_mib_s=_gb_s(3), seq_write_mib_s=_gb_s(3)),  # local NVMe: 3-14 GB/s
+    "warm": Thresholds(seq_read_mib_s=_gb_s(1), seq_write_mib_s=_gb_s(1)),  # distributed FS: 1-10 GB/s
+    "cold": Thresholds(seq_read_mib_s=_gb_s(0.1), seq_write_mib_s=_gb_s(0.1)),  # object store: 0.1-5 GB/s
+    "checkpoint": Thresholds(seq_read_mib_s=_gb_s(1), seq_write_mib_s=_gb_s(1)),  # a distributed FS of its own
+    "block": Thresholds(seq_read_mib_s=_gb_s(1), seq_write_mib_s=_gb_s(1)),  # Ceph RBD: the warm tier's disks
+}
+"""Each tier's floor: the lower end of its range in the design's pyramid (reads; writes the same, the design's
+checkpoint table puts each kind's writes in the same range or above). The design gives no random-read floor: 100
+IOPS of 256 KiB (25 MiB/s) is the platform's own, and the cold tier's warm/cold ratio is the design's 3x."""
+
+
+def effective_thresholds(tier: Tier, given: Thresholds | None) -> Thresholds:
+    """The tier's design floor with the figures ``given`` sets (a stack's ``acceptance.thresholds.<tier>``)."""
+    floor = DESIGN_FLOORS[tier]
+    if given is None:
+        return floor
+    return floor.model_copy(update={name: getattr(given, name) for name in given.model_fields_set})
+
+
 class Story(Section):
     """One fio story: how much, how parallel, how deep, direct or not, for how long (the sequential stories)."""
 
-    size_mib: int = Field(2560, ge=16, le=1024 * 1024)
-    """MiB each job writes or reads (one file per writer: the design's 10 GiB over 4 jobs)."""
+    size_mib: int = Field(10240, ge=16, le=1024 * 1024)
+    """MiB each job writes or reads, as fio's `size` means it (one file per writer: the design's 10 GiB each)."""
     jobs: int = Field(4, ge=1, le=64)
     """Parallel fio jobs (`numjobs`)."""
     iodepth: int = Field(1, ge=1, le=256)
     """I/Os in flight per job (libaio)."""
     direct: bool = True
     """Direct I/O (`O_DIRECT`) where the filesystem takes it; else buffered with the page cache dropped."""
-    runtime_seconds: int = Field(60, ge=5, le=3600)
-    """Longest the story runs (fio stops at its size or at this time, whichever comes first)."""
+    runtime_seconds: int = Field(60, ge=1, le=3600)
+    """How long the story runs (`time_based`: fio goes over its files again until then; the design's 60 s)."""
 
 
 class RandomReadStory(Story):
     """The random-read story: more readers, deeper queues."""
 
-    size_mib: int = Field(1024, ge=16, le=1024 * 1024)
-    """MiB each job reads, at random offsets of the written files."""
+    size_mib: int = Field(10240, ge=16, le=1024 * 1024)
+    """MiB each job reads at random offsets of the written files before going over them again (time-based)."""
     jobs: int = Field(8, ge=1, le=64)
     """Parallel fio jobs (`numjobs`)."""
     iodepth: int = Field(32, ge=1, le=256)
@@ -85,14 +115,17 @@ class AcceptanceSettings(Section):
     """Run the acceptance Jobs on `pulumi up`."""
     namespace: DnsLabel = "storage-acceptance"
     """Namespace of the Jobs and their claims."""
-    volume_size: Quantity = "12Gi"
+    volume_size: Quantity = "48Gi"
     """Size of each tier's test claim: it must hold the written files with 10 % to spare (checked)."""
+    resources: Resources = Resources(cpu_request="4", cpu_limit="4", memory_request="8Gi", memory_limit="8Gi")
+    """Requests and limits of the fio pod (the design's bench pod: 4 CPU, 8 GiB)."""
     stories: StoriesSettings = StoriesSettings()
     """Size, jobs, iodepth, direct I/O and runtime of each story."""
     block_until_done: bool = False
     """Make `pulumi up` wait for each Job and fail when a tier misses its thresholds."""
     thresholds: dict[Tier, Thresholds] = {}
-    """Per-tier thresholds (`hot`, `warm`, `cold`, `checkpoint`); a tier not listed uses the defaults."""
+    """Per-tier thresholds (`hot`, `warm`, `cold`, `checkpoint`, `block`); a figure not set is the tier's floor
+    from the design's pyramid (docs/tiers.md, "Acceptance")."""
 
     def problems(self) -> list[Problem]:
         """The stories' files fit the claim with room to spare; the reads read what the write wrote."""
@@ -108,8 +141,9 @@ class AcceptanceSettings(Section):
         return found
 
 
-def _section(name: str, rw: str, bs: str, story: Story, files: str) -> list[str]:
-    """One story: ``files`` is fio's ``filename_format`` (a file per job) or a ``filename=`` list (shared)."""
+def _section(name: str, rw: str, bs: str, story: Story, files: str, timed: bool = True) -> list[str]:
+    """One story: ``files`` is fio's ``filename_format`` (a file per job) or a ``filename=`` list (shared);
+    ``timed``: time-based (the design's), else one pass over its size."""
     return [
         f"[{name}]",
         "stonewall",
@@ -118,7 +152,7 @@ def _section(name: str, rw: str, bs: str, story: Story, files: str) -> list[str]
         f"numjobs={story.jobs}",
         f"iodepth={story.iodepth}",
         f"{'io_size' if files.startswith('filename=') else 'size'}={story.size_mib}m",
-        f"runtime={story.runtime_seconds}",
+        *([f"runtime={story.runtime_seconds}", "time_based=1"] if timed else []),
         f"direct=${{DIRECT_{'ON' if story.direct else 'OFF'}}}",
         files if files.startswith("filename=") else f"filename_format={files}",
         *(["end_fsync=1"] if rw == "write" else []),
@@ -135,8 +169,8 @@ def fio_job_file(tier: Tier, stories: StoriesSettings) -> str:
     jobs += _section("seq-write", "write", "1m", st.seq_write, written)
     if tier == "cold":
         read_all = st.seq_read.model_copy(update={"jobs": st.seq_write.jobs, "size_mib": st.seq_write.size_mib})
-        jobs += _section("cold-read", "read", "1m", read_all, written)
-        jobs += _section("warm-read", "read", "1m", read_all, written)
+        jobs += _section("cold-read", "read", "1m", read_all, written, timed=False)  # one pass: a second is warm
+        jobs += _section("warm-read", "read", "1m", read_all, written, timed=False)
     jobs += _section("seq-read", "read", "1m", st.seq_read, written)
     every = ":".join(f"seq.{i}" for i in range(st.seq_write.jobs))
     jobs += _section("rand-read", "randread", "256k", st.rand_read, f"filename={every}")
@@ -206,16 +240,13 @@ class StorageAcceptanceArgs:
     """StorageClass name per tier (the tiers the stack serves)."""
 
 
-RESOURCES = Resources(cpu_request="500m", cpu_limit="2", memory_request="256Mi", memory_limit="1Gi")
-
-
-def job_spec(tier: Tier, storage_class: pulumi.Input[str], volume_size: str) -> dict[str, Any]:
+def job_spec(tier: Tier, storage_class: pulumi.Input[str], volume_size: str, resources: Resources) -> dict[str, Any]:
     """The ``spec`` of a tier's fio Job: the job file and script from the tier's ConfigMap, fio's scratch on a
     generic ephemeral volume of the tier's class (created with the pod, deleted with it)."""
     fio = kube.container(
         "fio",
         versions.FIO_IMAGE,
-        RESOURCES,
+        resources,
         command=["/bin/sh", "/config/run.sh"],
         env=[{"name": "DATA_DIR", "value": "/data"}, {"name": "JOB_FILE", "value": "/config/job.fio"}],
         volumeMounts=[
@@ -236,7 +267,7 @@ def job_spec(tier: Tier, storage_class: pulumi.Input[str], volume_size: str) -> 
     ]
     labels = kube.labels("storage-acceptance", tier)
     template = kube.pod_template(labels, [fio], volumes, restartPolicy="Never")
-    return {"backoffLimit": 0, "activeDeadlineSeconds": 3600, "template": template}
+    return {"backoffLimit": 0, "activeDeadlineSeconds": 7200, "template": template}
 
 
 class StorageAcceptance(pulumi.ComponentResource):
@@ -266,14 +297,14 @@ class StorageAcceptance(pulumi.ComponentResource):
                 metadata={"name": f"acceptance-{tier}", "namespace": ns.metadata.name},
                 data={
                     "job.fio": fio_job_file(tier, s.stories),
-                    "run.sh": acceptance_script(tier, s.thresholds.get(tier, Thresholds())),
+                    "run.sh": acceptance_script(tier, effective_thresholds(tier, s.thresholds.get(tier))),
                 },
                 opts=pulumi.ResourceOptions(parent=self),
             )
             job = k8s.batch.v1.Job(
                 f"{name}-{tier}",
-                metadata=kube.workload_metadata(f"acceptance-{tier}", ns.metadata.name, RESOURCES, None, skip_await),
-                spec=job_spec(tier, args.storage_classes[tier], s.volume_size),
+                metadata=kube.workload_metadata(f"acceptance-{tier}", ns.metadata.name, s.resources, None, skip_await),
+                spec=job_spec(tier, args.storage_classes[tier], s.volume_size, s.resources),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[config]),
             )
             self.jobs[tier] = job.metadata.name

@@ -12,7 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..acceptance import effective_thresholds
 from ..decision_records import DecisionRecord, record_annotations
+from ..design_values import differences
 from ..settings import PROJECT, decode, load_settings
 from ..storage_tiers import TIERS, class_name
 from .render import ROOT, stack_file_config
@@ -48,6 +50,49 @@ def _records(root: Path) -> list[str]:
             lines.append(f"| {tier} | `{class_name(tiers, tier)}` | {backend} | " + " | ".join(values) + " |")
         lines.append("")
     return lines
+
+
+def _acceptance(root: Path) -> list[str]:
+    """Each stack's acceptance: the stories as it runs them and each tier's floors (the design's, or its own)."""
+    lines = [
+        "Each tier's acceptance Job (`components/acceptance.py`) runs the design's three fio stories and fails",
+        "below the tier's floors: the lower end of the tier's range in the design's pyramid (local NVMe 3 GB/s,",
+        "distributed FS 1 GB/s, object store 0.1 GB/s; MiB/s below) unless the stack sets its own, with the",
+        "reason beside it in its stack file.",
+        "",
+        "| stack | runs | waited for | stories (per job) | fio pod | tier: read / write MiB/s, random IOPS |",
+        "|---|---|---|---|---|---|",
+    ]
+    for stack in stacks(root):
+        s = _stack_settings(stack, root)
+        a, st, served = s.acceptance, s.acceptance.stories, [t for t in TIERS if getattr(s.tiers, t) != "none"]
+        stories = f"{st.seq_write.size_mib} MiB, {st.seq_write.runtime_seconds} s"
+        pod = f"{a.resources.cpu_request} CPU, {a.resources.memory_limit}"
+        floors = "; ".join(
+            f"{tier}: {t.seq_read_mib_s} / {t.seq_write_mib_s}, {t.rand_read_iops}"
+            for tier in served
+            if (t := effective_thresholds(tier, a.thresholds.get(tier)))
+        )
+        lines.append(f"| `{stack}` | {a.enabled} | {a.block_until_done} | {stories} | {pod} | {floors} |")
+    return [*lines, ""]
+
+
+def _design(root: Path) -> list[str]:
+    """Every value where a stack differs from the design, with its decision (``design_values.py``)."""
+    lines = [
+        "The design's values (`components/design_values.py`: the reference's JuiceFS mount options, fio stories",
+        "and bench pod, the tier pyramid's floors, the cold/warm exercise) where a stack differs from them, each",
+        "with the decision that says why and how it was measured; a difference without one fails",
+        "`tests/unit/test_design_values.py`.",
+        "",
+        "| stack | key | design | stack's value | why | measured |",
+        "|---|---|---|---|---|---|",
+    ]
+    for stack in stacks(root):
+        for value, actual, decision in differences(stack, _stack_settings(stack, root)):
+            why, measured = (decision.why, decision.measured) if decision else ("UNDECIDED", "")
+            lines.append(f"| `{stack}` | `{value.key}` | {value.design} | {actual} | {why} | {measured} |")
+    return [*lines, ""]
 
 
 def _datapath(results: Path) -> list[str]:
@@ -128,6 +173,12 @@ def tiers_page(root: Path = ROOT, results: Path = RESULTS) -> str:
         "## Decision records, by stack",
         "",
         *_records(root),
+        "## Acceptance: each tier's floor, by stack",
+        "",
+        *_acceptance(root),
+        "## Where the stacks differ from the design, and why",
+        "",
+        *_design(root),
         "## Measured on this platform's data path",
         "",
         "### JuiceFS: cold and warm reads, checkpoint saves",

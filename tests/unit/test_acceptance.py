@@ -11,12 +11,14 @@ import pulumi
 import pytest
 
 from components.acceptance import (
+    DESIGN_FLOORS,
     AcceptanceSettings,
     StorageAcceptance,
     StorageAcceptanceArgs,
     StoriesSettings,
     Thresholds,
     acceptance_script,
+    effective_thresholds,
     fio_job_file,
 )
 from components.platform import Platform, PlatformArgs
@@ -37,12 +39,12 @@ def fio():
 
 SMALL = StoriesSettings.model_validate(
     {
-        "seqWrite": {"sizeMib": 16, "runtimeSeconds": 5},
-        "seqRead": {"sizeMib": 16, "runtimeSeconds": 5},
-        "randRead": {"sizeMib": 16, "runtimeSeconds": 5},
+        "seqWrite": {"sizeMib": 16, "runtimeSeconds": 2},
+        "seqRead": {"sizeMib": 16, "runtimeSeconds": 2},
+        "randRead": {"sizeMib": 16, "runtimeSeconds": 2},
     }
 )
-"""The design's stories (4 writers, 4 readers, 8 random readers at iodepth 32) on 16 MiB files."""
+"""The design's stories (4 writers, 4 readers, 8 random readers at iodepth 32, time-based) on 16 MiB files, 2 s each."""
 
 
 def run_acceptance(tmp_path, tier, thresholds):
@@ -153,3 +155,47 @@ def test_the_cold_tiers_default_criterion_is_the_designs_three_times():
     assert "warm_cold_ratio" in acceptance_script("cold", Thresholds()) and " 3.0" in acceptance_script(
         "cold", Thresholds()
     )
+
+
+def test_the_stories_run_as_the_design_runs_them(fio, tmp_path):
+    """Time-based (fio goes on for runtimeSeconds), size per job as fio means it; the cold and warm reads one pass
+    each (a second pass of the cold read would be warm)."""
+    proc, _ = run_acceptance(tmp_path, "cold", Thresholds(seq_read_mib_s=0, seq_write_mib_s=0, rand_read_iops=0))
+    report = json.loads(proc.stdout[proc.stdout.index("{\n") : proc.stdout.index("\n}\n") + 2])
+    jobs = {job["jobname"]: job for job in report["jobs"]}
+    for story in ("seq-write", "seq-read", "rand-read"):
+        options = jobs[story]["job options"]
+        assert (options["time_based"], options["runtime"]) == ("1", "2"), story
+        assert jobs[story]["job_runtime"] >= 2000 * 0.9  # ms: it ran its time, not until its files ended
+    assert jobs["seq-write"]["job options"]["size"] == "16m"  # per job: 4 files of 16 MiB
+    for one_pass in ("cold-read", "warm-read"):
+        assert "time_based" not in jobs[one_pass]["job options"]
+    default = fio_job_file("hot", StoriesSettings())
+    assert "size=10240m" in default and "runtime=60\ntime_based=1" in default  # the design's 10 GiB, 60 s
+
+
+def test_each_tier_is_judged_against_its_design_floor_unless_the_stack_says_otherwise(render_stack):
+    floors = {tier: (t.seq_read_mib_s, t.seq_write_mib_s) for tier, t in DESIGN_FLOORS.items()}
+    assert floors["hot"] == (2861, 2861) and floors["warm"] == (953, 953) and floors["cold"] == (95, 95)
+    result, _ = render_stack("prod")
+    for tier, (read, write) in floors.items():
+        script = by_name(result, "ConfigMap", f"acceptance-{tier}")["data"]["run.sh"]
+        assert f'check seq_read_mib_s "$(bw seq-read read)" {read}' in script, tier
+        assert f'check seq_write_mib_s "$(bw seq-write write)" {write}' in script, tier
+    fio_container = by_name(result, "Job", "acceptance-hot")["spec"]["template"]["spec"]["containers"][0]
+    assert fio_container["resources"] == {
+        "requests": {"cpu": "4", "memory": "8Gi"},
+        "limits": {"cpu": "4", "memory": "8Gi"},
+    }
+    # A tier that sets one figure keeps its floor for the others (dev's cold tier sets only the warm/cold ratio).
+    cold = effective_thresholds("cold", Thresholds.model_validate({"warmColdRatio": 1.3}))
+    assert (cold.seq_read_mib_s, cold.warm_cold_ratio) == (95, 1.3)
+
+
+@pytest.mark.parametrize("stack", ["staging", "prod"])
+def test_staging_and_prod_run_them_after_install_and_wait_for_the_verdicts(render_stack, stack):
+    result, _ = render_stack(stack)
+    jobs = {j["metadata"]["name"]: j for j in objects(result, "Job") if j["metadata"]["name"].startswith("acceptance-")}
+    assert set(jobs) == {f"acceptance-{tier}" for tier in ("hot", "warm", "cold", "checkpoint", "block")}
+    assert all("pulumi.com/skipAwait" not in (j["metadata"].get("annotations") or {}) for j in jobs.values())
+    assert set(result.outputs["acceptance"]) == {"hot", "warm", "cold", "checkpoint", "block"}
