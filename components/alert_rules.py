@@ -209,14 +209,15 @@ def rule_groups(
     volcano: bool,
     acceptance: str | None = None,
     checkpoint_interval: str | None = None,
+    metadata: bool = True,
 ) -> list[dict[str, Any]]:
     """Every rule group of the platform (the ``spec.groups`` of its PrometheusRule); ``checkpoint_interval``: how
-    often the jobs save, from the checkpoint tier's decision record, the one source of it (default: its default)."""
+    often the jobs save, from the checkpoint tier's decision record, the one source of it (default: its default);
+    ``metadata``: the metadata engine runs in the cluster with redis_exporter (ElastiCache is watched by CloudWatch)."""
     interval = checkpoint_interval or TIER_DECISIONS["checkpoint"].checkpoint_interval
     assert interval is not None  # TierDecisions.problems: the checkpoint record always says it
     groups: list[dict[str, Any]] = [
         {"name": "ai-storage-data-path", "rules": [*recording_rules(s.window), *data_path_alerts(s)]},
-        {"name": "ai-storage-metadata", "rules": metadata_alerts(s, replicas)},
         {
             "name": "ai-storage-training",
             "rules": [*training_recording_rules(s.window, s.checkpoint_window), *training_alerts(s, interval)],
@@ -226,6 +227,8 @@ def rule_groups(
             "rules": [*protection_recording_rules(), *protection_alerts(), *restore_test_rules(s)],
         },
     ]
+    if metadata:
+        groups.insert(1, {"name": "ai-storage-metadata", "rules": metadata_alerts(s, replicas)})
     others = platform_alerts(s, ceph, volcano, acceptance)
     if others:
         groups.append({"name": "ai-storage-platform", "rules": others})

@@ -77,7 +77,8 @@ class MonitoringArgs:
     juicefs_namespace: str | None = None
     """Namespace of the JuiceFS CSI driver and its mount pods."""
     metadata_namespace: str | None = None
-    """Namespace of the in-cluster metadata engine (its pods run a redis_exporter)."""
+    """Namespace of the in-cluster metadata engine (its pods run a redis_exporter); None: no Redis rules (ElastiCache
+    has CloudWatch alarms instead)."""
     sentinel_replicas: int | None = None
     """Replicas a Sentinel layout must keep (None: no Sentinels)."""
     checkpoint_interval: str | None = None
@@ -160,6 +161,7 @@ class Monitoring(pulumi.ComponentResource):
                     args.volcano_namespace is not None,
                     args.acceptance_namespace,
                     args.checkpoint_interval,
+                    metadata=args.metadata_namespace is not None,
                 )
             },
             (ns,),

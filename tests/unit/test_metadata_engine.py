@@ -21,7 +21,7 @@ from components.sections import Resources, SettingsError
 from components.settings import load_settings
 from components.toolchain import mock_engine
 from components.toolchain.cli import main
-from tests.conftest import by_name
+from tests.conftest import by_name, objects
 
 ELASTICACHE = {"subnetIds": ["subnet-0a", "subnet-0b"], "securityGroupIds": ["sg-01"]}
 
@@ -404,3 +404,50 @@ def test_the_cli_refuses_to_move_a_protected_stacks_metadata_to_valkey(tmp_path,
     err = capsys.readouterr().err
     assert "metadata.flavor: expected redis" in err and "metadata.migratedFrom: redis" in err
     assert "Traceback" not in err and not out.exists()
+
+
+def test_elasticache_is_watched_by_cloudwatch_alarms_per_node(build):
+    topic = "arn:aws:sns:eu-west-1:123456789012:storage-oncall"
+    settings = MetadataSettings(
+        engine="elasticache",
+        elasticache=ElastiCacheSettings(
+            subnet_ids=["subnet-0a", "subnet-0b"], security_group_ids=["sg-01"], alarm_actions=[topic]
+        ),
+    )
+    _, monitor = build(lambda: engine(settings, protect=True))
+    alarms = {r.name: r.inputs for r in monitor.registrations if r.type == "aws:cloudwatch/metricAlarm:MetricAlarm"}
+    nodes = {a["dimensions"]["CacheClusterId"] for a in alarms.values()}
+    group_id = next(r for r in monitor.registrations if r.type.endswith("ReplicationGroup")).name
+    assert len(nodes) == 3 and all(n.endswith(("-001", "-002", "-003")) for n in nodes)  # <group id>-00N
+    memory = sorted(a["threshold"] for a in alarms.values() if a["metricName"] == "DatabaseMemoryUsagePercentage")
+    assert memory == [85, 85, 85, 95, 95, 95]
+    assert sum(a["metricName"] == "ReplicationLag" for a in alarms.values()) == 2  # the replicas
+    assert sum(a["metricName"] == "EngineCPUUtilization" for a in alarms.values()) == 3
+    assert all(
+        a["alarmActions"] == [topic] == a["okActions"] and a["namespace"] == "AWS/ElastiCache" for a in alarms.values()
+    )
+    assert group_id
+
+
+def test_an_elasticache_stack_gets_no_redis_rules_that_could_never_fire(render_stack):
+    aws = {
+        "objectStore": {"backend": "s3"},
+        "metadata": {
+            "engine": "elasticache",
+            "elasticache": {"subnetIds": ["subnet-0a", "subnet-0b"], "securityGroupIds": ["sg-01"]},
+        },
+    }
+    result, monitor = render_stack("prod", **aws)
+    (rule,) = objects(result, "PrometheusRule")
+    names = {g["name"] for g in rule["spec"]["groups"]}
+    assert "ai-storage-metadata" not in names and "ai-storage-training" in names
+    assert any(r.type == "aws:cloudwatch/metricAlarm:MetricAlarm" for r in monitor.registrations)
+    in_cluster, _ = render_stack("prod")
+    (rule,) = objects(in_cluster, "PrometheusRule")
+    assert "ai-storage-metadata" in {g["name"] for g in rule["spec"]["groups"]}
+
+
+def test_a_critical_memory_alarm_below_the_warning_is_refused():
+    with pytest.raises(SettingsError) as caught:
+        load_settings("prod", {"metadata": {"elasticache": {"memoryWarningPercent": 90, "memoryCriticalPercent": 80}}})
+    assert "metadata.elasticache.memoryCriticalPercent: expected above memoryWarningPercent (90)" in str(caught.value)

@@ -10,14 +10,14 @@ the whole group costs.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import pulumi
 import pulumi_random as random
 from pydantic import Field
 
 from ...common import kube, versions
-from ...sections import Section
+from ...sections import Problem, Section
 from .redis import DURABILITY, PORT, MetadataEndpoint, RedisSettings
 
 _HOUR = r"([01][0-9]|2[0-3]):[0-5][0-9]"
@@ -40,6 +40,25 @@ class ElastiCacheSettings(Section):
         "03:00-04:00", pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]-([01][0-9]|2[0-3]):[0-5][0-9]$"
     )
     """Daily UTC window of the snapshot (`hh:mm-hh:mm`, at least an hour)."""
+    alarm_actions: list[
+        Annotated[str, Field(pattern=r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9_.-]+$")]
+    ] = []
+    """SNS topics the CloudWatch alarms notify (on alarm and on recovery); empty: the alarms only show in CloudWatch."""
+    memory_warning_percent: float = Field(85.0, gt=0, le=100)
+    """Memory used of the node's maxmemory at which the warning alarm fires, %."""
+    memory_critical_percent: float = Field(95.0, gt=0, le=100)
+    """Memory used of the node's maxmemory at which the critical alarm fires, % (above the warning level)."""
+    cpu_alarm_percent: float = Field(90.0, gt=0, le=100)
+    """Redis engine thread CPU at which the CPU alarm fires (15 minutes above it), %."""
+    replication_lag_alarm_seconds: float = Field(30.0, gt=0, le=3600)
+    """A replica's lag behind the primary at which its alarm fires (5 minutes above it), s."""
+
+    def problems(self) -> list[Problem]:
+        """The critical memory level is above the warning level."""
+        if self.memory_critical_percent > self.memory_warning_percent:
+            return []
+        expected = f"expected above memoryWarningPercent ({self.memory_warning_percent:g})"
+        return [Problem("memoryCriticalPercent", expected, self.memory_critical_percent, "critical is the worse level")]
 
 
 def parameters() -> list[dict[str, str]]:
@@ -79,6 +98,44 @@ def elasticache_engine(
         port=PORT,
         opts=kube.stateful(parent, protect),
     )
+    alarms(name, group.id, e, child)
     host = group.primary_endpoint_address
     url = pulumi.Output.format("rediss://:{0}@{1}:{2}/{3}", token.result, host, PORT, r.database)
     return MetadataEndpoint(pulumi.Output.secret(url), host)
+
+
+def alarms(name: str, group_id: pulumi.Input[str], e: ElastiCacheSettings, opts: pulumi.ResourceOptions) -> list[Any]:
+    """The CloudWatch alarms of each node of the group (see the module's docs)."""
+    import pulumi_aws as aws
+
+    warning, critical = e.memory_warning_percent, e.memory_critical_percent
+    made = []
+    for index in range(1, e.replicas + 2):
+        node = pulumi.Output.format("{0}-{1}", group_id, f"{index:03d}")
+        checks = [
+            ("memory-warning", "DatabaseMemoryUsagePercentage", warning, 5),
+            ("memory-critical", "DatabaseMemoryUsagePercentage", critical, 5),
+            ("cpu", "EngineCPUUtilization", e.cpu_alarm_percent, 15),
+        ]
+        if index > 1:  # the nodes after the first start as replicas (a failover swaps roles; the lag is 0 then)
+            checks.append(("replication-lag", "ReplicationLag", e.replication_lag_alarm_seconds, 5))
+        for check, metric, threshold, minutes in checks:
+            made.append(
+                aws.cloudwatch.MetricAlarm(
+                    f"{name}-{index:03d}-{check}",
+                    alarm_description=f"JuiceFS metadata (ElastiCache) node {index:03d}: {metric} above {threshold:g}",
+                    namespace="AWS/ElastiCache",
+                    metric_name=metric,
+                    dimensions={"CacheClusterId": node},
+                    statistic="Average",
+                    period=60,
+                    evaluation_periods=minutes,
+                    comparison_operator="GreaterThanThreshold",
+                    threshold=threshold,
+                    treat_missing_data="breaching" if metric == "DatabaseMemoryUsagePercentage" else "missing",
+                    alarm_actions=list(e.alarm_actions),
+                    ok_actions=list(e.alarm_actions),
+                    opts=opts,
+                )
+            )
+    return made
