@@ -36,14 +36,14 @@ class Thresholds(Section):
     """Minimum figures a tier must reach for its acceptance Job to pass (aggregates over a story's jobs); a figure
     not set is the tier's design floor (``DESIGN_FLOORS``)."""
 
-    seq_read_mib_s: int = Field(100, ge=0)
-    """Sequential 1M read, MiB/s."""
-    seq_write_mib_s: int = Field(50, ge=0)
-    """Sequential 1M write, MiB/s."""
-    rand_read_iops: int = Field(100, ge=0)
-    """Random 256K read, IOPS."""
-    warm_cold_ratio: float = Field(3.0, ge=0.0)
-    """Cold tier only: warm-cache read speed over cold read speed (the design's JuiceFS exercise: 3x)."""
+    seq_read_mib_s: int | None = Field(None, ge=0)
+    """Sequential 1M read, MiB/s (unset: the tier's floor)."""
+    seq_write_mib_s: int | None = Field(None, ge=0)
+    """Sequential 1M write, MiB/s (unset: the tier's floor)."""
+    rand_read_iops: int | None = Field(None, ge=0)
+    """Random 256K read, IOPS (unset: 100)."""
+    warm_cold_ratio: float | None = Field(None, ge=0.0)
+    """Cold tier only: warm-cache read speed over cold read speed (unset: the design's JuiceFS exercise, 3x)."""
 
 
 def _gb_s(gb_per_second: float) -> int:
@@ -51,12 +51,17 @@ def _gb_s(gb_per_second: float) -> int:
     return int(gb_per_second * 1e9 / MIB)
 
 
+def _floor(gb_per_second: float) -> Thresholds:
+    mib_s = _gb_s(gb_per_second)
+    return Thresholds(seq_read_mib_s=mib_s, seq_write_mib_s=mib_s, rand_read_iops=100, warm_cold_ratio=3.0)
+
+
 DESIGN_FLOORS: dict[Tier, Thresholds] = {
-    "hot": Thresholds(seq_read_mib_s=_gb_s(3), seq_write_mib_s=_gb_s(3)),  # local NVMe: 3-14 GB/s
-    "warm": Thresholds(seq_read_mib_s=_gb_s(1), seq_write_mib_s=_gb_s(1)),  # distributed FS: 1-10 GB/s
-    "cold": Thresholds(seq_read_mib_s=_gb_s(0.1), seq_write_mib_s=_gb_s(0.1)),  # object store: 0.1-5 GB/s
-    "checkpoint": Thresholds(seq_read_mib_s=_gb_s(1), seq_write_mib_s=_gb_s(1)),  # a distributed FS of its own
-    "block": Thresholds(seq_read_mib_s=_gb_s(1), seq_write_mib_s=_gb_s(1)),  # Ceph RBD: the warm tier's disks
+    "hot": _floor(3),  # local NVMe: 3-14 GB/s
+    "warm": _floor(1),  # distributed FS: 1-10 GB/s
+    "cold": _floor(0.1),  # object store: 0.1-5 GB/s
+    "checkpoint": _floor(1),  # a distributed FS of its own
+    "block": _floor(1),  # Ceph RBD: the warm tier's disks
 }
 """Each tier's floor: the lower end of its range in the design's pyramid (reads; writes the same, the design's
 checkpoint table puts each kind's writes in the same range or above). The design gives no random-read floor: 100
@@ -68,7 +73,7 @@ def effective_thresholds(tier: Tier, given: Thresholds | None) -> Thresholds:
     floor = DESIGN_FLOORS[tier]
     if given is None:
         return floor
-    return floor.model_copy(update={name: getattr(given, name) for name in given.model_fields_set})
+    return floor.model_copy(update={k: v for k, v in given.model_dump().items() if v is not None})
 
 
 class Story(Section):
@@ -177,10 +182,10 @@ def fio_job_file(tier: Tier, stories: StoriesSettings) -> str:
     return "\n".join(jobs)
 
 
-def acceptance_script(tier: Tier, thresholds: Thresholds) -> str:
-    """Shell that probes direct I/O, runs fio, prints its JSON and a summary, and exits 1 when a threshold is
-    missed."""
-    t = thresholds
+def acceptance_script(tier: Tier, thresholds: Thresholds | None = None) -> str:
+    """Shell that probes direct I/O, runs fio, prints its JSON and a summary, and exits 1 when a threshold (the
+    tier's floor where ``thresholds`` sets none) is missed."""
+    t = effective_thresholds(tier, thresholds)
     checks = [
         f'check seq_write_mib_s "$(bw seq-write write)" {t.seq_write_mib_s}',
         f'check seq_read_mib_s "$(bw seq-read read)" {t.seq_read_mib_s}',

@@ -151,7 +151,7 @@ def test_stories_that_would_fill_the_claim_or_read_unwritten_files_are_refused(a
 
 
 def test_the_cold_tiers_default_criterion_is_the_designs_three_times():
-    assert Thresholds().warm_cold_ratio == 3.0
+    assert Thresholds().warm_cold_ratio is None and DESIGN_FLOORS["cold"].warm_cold_ratio == 3.0  # unset: the floor
     assert "warm_cold_ratio" in acceptance_script("cold", Thresholds()) and " 3.0" in acceptance_script(
         "cold", Thresholds()
     )

@@ -277,6 +277,13 @@ THRESHOLDS = "monitoring.rules.thresholds"
 CROSS_FIELD: list[tuple[str, str, dict[str, Any], str, str]] = [
     # (section whose rule it is, loader, {key: value}, the key the error names, its expectation)
     (
+        "ElastiCacheSettings",
+        "platform",
+        {"metadata.elasticache.memoryWarningPercent": 90, "metadata.elasticache.memoryCriticalPercent": 80},
+        "metadata.elasticache.memoryCriticalPercent",
+        "expected above memoryWarningPercent (90)",
+    ),
+    (
         "TierDecisions",
         "platform",
         {"tiers.decisions.checkpoint.checkpointInterval": None},
