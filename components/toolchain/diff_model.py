@@ -26,11 +26,15 @@ class Change:
     protected: bool = False
     holds_data: bool = False
     acknowledged: bool = False
+    moves_data: bool = False
+    """An update that moves the data it holds (a Ceph pool onto OSDs of another device class)."""
 
     @property
     def blocking(self) -> bool:
-        """A replace or delete of a protected or data-holding resource nobody acknowledged."""
-        return self.action in ("replace", "delete") and (self.protected or self.holds_data) and not self.acknowledged
+        """A replace or delete of a protected or data-holding resource, or an update that moves data, nobody
+        acknowledged."""
+        gone = self.action in ("replace", "delete") and (self.protected or self.holds_data)
+        return (gone or self.moves_data) and not self.acknowledged
 
 
 @dataclass

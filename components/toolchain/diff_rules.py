@@ -107,10 +107,15 @@ FORCE_NEW_OTHER: dict[str, tuple[tuple[str, ...], str]] = {
         (".bucket", ".bucketPrefix"),
         "https://www.pulumi.com/registry/packages/aws/api-docs/s3/bucket/",
     ),
+    "aws:elasticache/parameterGroup:ParameterGroup": (
+        (".family", ".name", ".description"),
+        "https://github.com/hashicorp/terraform-provider-aws/blob/main/internal/service/elasticache/parameter_group.go",
+    ),
 }
 """Replace rules of the other resources the platform renders: a Helm release on its name and namespace
 (``forceNewFields`` in ``helm_release.go``), the Kubernetes provider when its cluster may change (``DiffConfig``:
-then every object it manages is replaced), an S3 bucket on its name. Every input of a ``random:`` resource
+then every object it manages is replaced), an S3 bucket on its name, an ElastiCache parameter group on its family
+(a change of engine or major version), name and description. Every input of a ``random:`` resource
 forces a new value (the random provider's schema marks each one RequiresReplace)."""
 
 DATA_KINDS = {"PersistentVolumeClaim", "PersistentVolume", "CephCluster", "CephFilesystem", "CephBlockPool"}
@@ -233,3 +238,45 @@ def holds_data(r: dict[str, Any], render: Render) -> bool:
             if o["inputs"].get("kind") != "Namespace"
         )
     return False
+
+
+AWS_ELASTICACHE = "https://github.com/hashicorp/terraform-provider-aws/blob/main/internal/service/elasticache"
+CEPH_DEVICE_CLASS_FIELDS = {
+    "CephBlockPool": (".spec.deviceClass",),
+    "CephFilesystem": (".spec.metadataPool.deviceClass", ".spec.dataPools[*].deviceClass"),
+    "CephObjectStore": (".spec.metadataPool.deviceClass", ".spec.dataPool.deviceClass"),
+}
+"""The fields that say which OSDs (CRUSH device class) hold a Ceph pool's objects."""
+
+
+def _version(text: Any) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"[0-9]+", str(text)))
+
+
+def conditional_replaces(typ: str, leaves: list[tuple[tuple[Any, ...], Any, Any]]) -> list[str]:
+    """Why an update is a replace after all, where the provider decides by the old and the new value: an
+    ElastiCache replication group's engine (in place only from redis to valkey) or a lower engine version."""
+    if typ != "aws:elasticache/replicationGroup:ReplicationGroup":
+        return []
+    found = []
+    for path, old, new in leaves:
+        if path == ("engine",) and (old, new) != ("redis", "valkey"):
+            found.append(
+                f"`.engine` {old} -> {new}: only redis -> valkey changes in place ({AWS_ELASTICACHE}/engine_version.go)"
+            )
+        if path == ("engineVersion",) and _version(new) < _version(old):
+            found.append(
+                f"`.engineVersion` {old} -> {new}: a downgrade re-creates it ({AWS_ELASTICACHE}/engine_version.go)"
+            )
+    return found
+
+
+def data_moves(r: dict[str, Any], leaves: list[tuple[tuple[Any, ...], Any, Any]]) -> list[str]:
+    """The device-class changes of a Ceph pool in ``leaves``, as ``field old -> new``: Ceph moves every object."""
+    kind = r["inputs"].get("kind") if r["type"].startswith("kubernetes:") else None
+    fields = CEPH_DEVICE_CLASS_FIELDS.get(kind or "", ())
+    return [
+        f"`{field_text(p)}` {value_text(a)} -> {value_text(b)}"
+        for p, a, b in leaves
+        if any(matches(f, p, a, b) for f in fields)
+    ]

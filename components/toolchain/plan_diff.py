@@ -25,7 +25,16 @@ from typing import Any
 from ..settings import PROJECT, decode, load_settings
 from .data_notes import chart_notes, data_notes, engine_notes
 from .diff_model import Change, Render, StackDiff, load_render, resource_id
-from .diff_rules import changed_leaves, field_text, holds_data, matches, rejected_fields, replace_rules
+from .diff_rules import (
+    changed_leaves,
+    conditional_replaces,
+    data_moves,
+    field_text,
+    holds_data,
+    matches,
+    rejected_fields,
+    replace_rules,
+)
 from .diff_sources import RenderError, folders
 from .render import stack_file_config
 
@@ -66,6 +75,17 @@ def diff_stack(stack: str, base: Render, head: Render, acknowledged: list[str]) 
                     change.action = "replace"
                     where = "" if hits == [rule] else f" ({', '.join(hits)})"
                     change.reasons.append(f"`{rule or 'any input'}` changed{where}: {source}")
+            for reason in conditional_replaces(r["type"], leaves):
+                change.action = "replace"
+                change.reasons.append(reason)
+            if moved := data_moves(new, leaves):
+                change.moves_data = True
+                change.notes.append(
+                    f"{', '.join(moved)}: Ceph moves every object of the pool onto OSDs of the new class (hours of "
+                    "recovery I/O beside training); with no OSD of that class the pool's placement groups stay "
+                    "inactive and its I/O stops (check `ceph osd crush class ls` first). Acknowledge it in "
+                    "cluster.acknowledgeReplacements"
+                )
             if change.action == "update":
                 for rule, source in rejected_fields(new, leaves):
                     change.action = "rejected"
@@ -76,7 +96,11 @@ def diff_stack(stack: str, base: Render, head: Render, acknowledged: list[str]) 
         data_notes(change, old, new, base, head)
         out.changes.append(change)
     out.notes += chart_notes(base, head) + engine_notes(base, head)
-    needed = {c.id for c in out.changes if c.action in ("replace", "delete") and (c.protected or c.holds_data)}
+    needed = {
+        c.id
+        for c in out.changes
+        if (c.action in ("replace", "delete") and (c.protected or c.holds_data)) or c.moves_data
+    }
     out.notes += [
         f"`{a}` is acknowledged but not replaced or deleted here: remove it" for a in acknowledged if a not in needed
     ]
@@ -145,7 +169,8 @@ def as_json(diffs: list[StackDiff]) -> str:
 
 
 def exit_code(diffs: list[StackDiff]) -> int:
-    """1 when any stack replaces or deletes a protected or data-holding resource nobody acknowledged, else 0."""
+    """1 when any stack replaces or deletes a protected or data-holding resource, or moves a pool's data, and
+    nobody acknowledged it; else 0."""
     return 1 if any(d.blocking for d in diffs) else 0
 
 

@@ -38,7 +38,7 @@ def by_action(diff: plan_diff.StackDiff, *actions: str) -> dict[str, plan_diff.C
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_upgrade_from_0_1_0_names_exactly_the_replaces_and_nothing_blocks(upgrade, stack):
+def test_upgrade_from_0_1_0_names_the_replaces_and_blocks_only_on_moving_pools(upgrade, stack):
     diff = plan_diff.diff_stack(stack, *upgrade[stack], [])
     # The metadata engine's and MinIO's port-only NetworkPolicies give way to network_policies' (other names).
     deleted = by_action(diff, "delete")
@@ -70,7 +70,21 @@ def test_upgrade_from_0_1_0_names_exactly_the_replaces_and_nothing_blocks(upgrad
         assert service.id == "Service/juicefs-meta/redis"
         assert service.reasons[0].startswith("`.spec.clusterIP` changed: https://github.com/pulumi/pulumi-kubernetes")
         assert "the name resolves to nothing" in service.notes[0]
-    assert diff.blocking == [] and plan_diff.exit_code([diff]) == 0
+    # 0.1.0 put every Ceph pool on every OSD; staging and prod now keep the checkpoint pools apart from the
+    # training reads' (device classes): Ceph moves those pools' objects, which blocks until acknowledged.
+    moving = {c.id for c in diff.blocking}
+    if stack == "dev":
+        assert moving == set()
+    else:
+        assert moving == {
+            "CephBlockPool/rook-ceph/replicapool",
+            "CephFilesystem/rook-ceph/ai-warm",
+            "CephFilesystem/rook-ceph/ai-checkpoint",
+        }
+        assert all(c.moves_data and c.action == "update" for c in diff.blocking)
+        acknowledged = plan_diff.diff_stack(stack, *upgrade[stack], sorted(moving))
+        assert acknowledged.blocking == [] and plan_diff.exit_code([acknowledged]) == 0
+    assert plan_diff.exit_code([diff]) == (0 if stack == "dev" else 1)
 
 
 DECISION_RECORD = ".metadata.annotations.ai-storage-platform/decision."
@@ -402,3 +416,50 @@ def test_release_version_matches_the_changelog_and_its_upgrade_notes_name_each_c
         "StorageClass cold",
     ):
         assert named in upgrade, named
+
+
+POOL = k8s(
+    "ceph.rook.io/v1",
+    "CephBlockPool",
+    "replicapool",
+    "rook-ceph",
+    spec={"deviceClass": "ssd", "replicated": {"size": 3}},
+)
+FS = k8s(
+    "ceph.rook.io/v1",
+    "CephFilesystem",
+    "ai-warm",
+    "rook-ceph",
+    spec={"metadataPool": {"deviceClass": "ssd"}, "dataPools": [{"name": "data", "deviceClass": "ssd"}]},
+)
+
+
+def aws(typ: str, name: str, **inputs: Any) -> dict[str, Any]:
+    return {"type": typ, "name": name, "parent": None, "dependsOn": [], "inputs": inputs}
+
+
+def test_a_ceph_pool_moved_to_another_device_class_blocks_until_acknowledged():
+    moved = one(POOL, changed(POOL, (("spec", "deviceClass"), "nvme")))
+    assert moved.action == "update" and moved.moves_data and moved.blocking
+    assert '`.spec.deviceClass` "ssd" -> "nvme": Ceph moves every object' in moved.notes[-1]
+    assert "placement groups stay inactive" in moved.notes[-1]
+    assert not one(
+        POOL, changed(POOL, (("spec", "deviceClass"), "nvme")), ["CephBlockPool/rook-ceph/replicapool"]
+    ).blocking
+    data = one(FS, changed(FS, (("spec", "dataPools"), [{"name": "data", "deviceClass": "nvme"}])))
+    assert data.moves_data and data.blocking
+    replicas = one(POOL, changed(POOL, (("spec", "replicated"), {"size": 2})))
+    assert not replicas.moves_data
+
+
+def test_an_elasticache_engine_change_is_a_replace_except_redis_to_valkey():
+    group = aws("aws:elasticache/replicationGroup:ReplicationGroup", "meta", engine="valkey", engineVersion="8.1")
+    back = one(group, changed(group, (("engine",), "redis"), (("engineVersion",), "7.1")))
+    assert back.action == "replace" and back.holds_data and back.blocking
+    assert any(r.startswith("`.engine` valkey -> redis: only redis -> valkey changes in place") for r in back.reasons)
+    assert any(r.startswith("`.engineVersion` 8.1 -> 7.1: a downgrade") for r in back.reasons)
+    forward = dict(group, inputs={"engine": "redis", "engineVersion": "7.1"})
+    upgrade = one(forward, changed(forward, (("engine",), "valkey"), (("engineVersion",), "8.1")))
+    assert upgrade.action == "update"
+    params = aws("aws:elasticache/parameterGroup:ParameterGroup", "params", family="valkey8")
+    assert one(params, changed(params, (("family",), "redis7"))).action == "replace"
