@@ -223,7 +223,9 @@ class Teams(pulumi.ComponentResource):
 
     def _team(self, name: str, t: TeamNamespace, args: TeamsArgs) -> pulumi.Output[str]:
         ns_name = t.namespace_name
-        ns = kube.namespace(f"{name}-ns", ns_name, t.pod_security, self, {TEAM_LABEL: t.name})
+        # Protected with the stack's data: removing a team must not delete its claims with its namespace
+        # (docs/runbook.md#retire-a-team).
+        ns = kube.namespace(f"{name}-ns", ns_name, t.pod_security, self, {TEAM_LABEL: t.name}, args.protect)
         self._made[ns_name] = ns
         child = pulumi.ResourceOptions(parent=self, depends_on=[ns])
         labels = {**kube.labels("team", "quota"), TEAM_LABEL: t.name}

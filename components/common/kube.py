@@ -54,10 +54,15 @@ def labels(app: str, component: str) -> dict[str, str]:
 
 
 def namespace(
-    name: str, ns: str, level: PodSecurity, parent: pulumi.Resource, extra_labels: Mapping[str, str] | None = None
+    name: str,
+    ns: str,
+    level: PodSecurity,
+    parent: pulumi.Resource,
+    extra_labels: Mapping[str, str] | None = None,
+    protect: bool = False,
 ) -> k8s.core.v1.Namespace:
     """A namespace with Pod Security Standard labels: ``enforce`` at ``level``, audit and warn at restricted (and
-    ``extra_labels``)."""
+    ``extra_labels``); ``protect``: protected and kept on delete (deleting a Namespace deletes every claim in it)."""
     return k8s.core.v1.Namespace(
         name,
         metadata={
@@ -70,7 +75,7 @@ def namespace(
                 **(extra_labels or {}),
             },
         },
-        opts=pulumi.ResourceOptions(parent=parent),
+        opts=stateful(parent, protect) if protect else pulumi.ResourceOptions(parent=parent),
     )
 
 

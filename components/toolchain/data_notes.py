@@ -122,6 +122,13 @@ def _loss_notes(change: Change, kind: str | None, inputs: dict[str, Any], base: 
         ]
     if kind == "Namespace":
         return ["deleting a Namespace deletes every object in it, claims included"]
+    if kind == "PersistentVolume":
+        policy = (inputs.get("spec") or {}).get("persistentVolumeReclaimPolicy", "Delete")
+        if policy == "Retain":
+            return [
+                "the PersistentVolume object goes; with reclaimPolicy Retain the data it names (a JuiceFS directory, "
+                "a disk) stays on the backend, unreferenced: remove it by hand once nobody needs it"
+            ]
     return ["holds data: deleting it deletes the data"] if change.holds_data else []
 
 
@@ -190,3 +197,16 @@ def engine_notes(base: Render, head: Render) -> list[str]:
         f"protected stack's `pulumi up` refuses this until either the metadata is moved ({RUNBOOK_ENGINE}) and "
         f"`metadata.migratedFrom: {before}` is set, or `metadata.engine: {before}` is pinned{risk}"
     ]
+
+
+def namespace_deletion_notes(changes: list[Change]) -> None:
+    """A deleted object whose Namespace is deleted in the same update goes with it, whatever its own
+    ``retainOnDelete`` says: its notes say so instead of "stays in the cluster"."""
+    gone = {c.id.split("/", 1)[1] for c in changes if c.id.startswith("Namespace/") and _gone(c) and not c.protected}
+    for c in changes:
+        parts = c.id.split("/")
+        if len(parts) == 3 and parts[1] in gone and _gone(c):
+            c.notes = [n for n in c.notes if not n.startswith("protected:")] + [
+                f"its Namespace {parts[1]} is deleted in the same update: Kubernetes deletes it with the Namespace "
+                "(retainOnDelete keeps nothing inside a deleted Namespace)"
+            ]

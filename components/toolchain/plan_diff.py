@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..settings import PROJECT, decode, load_settings
-from .data_notes import chart_notes, data_notes, engine_notes
+from .data_notes import chart_notes, data_notes, engine_notes, namespace_deletion_notes
 from .diff_model import Change, Render, StackDiff, load_render, resource_id
 from .diff_rules import (
     changed_leaves,
@@ -95,6 +95,7 @@ def diff_stack(stack: str, base: Render, head: Render, acknowledged: list[str]) 
         change.acknowledged = change.id in acknowledged
         data_notes(change, old, new, base, head)
         out.changes.append(change)
+    namespace_deletion_notes(out.changes)
     out.notes += chart_notes(base, head) + engine_notes(base, head)
     needed = {
         c.id

@@ -463,3 +463,39 @@ def test_an_elasticache_engine_change_is_a_replace_except_redis_to_valkey():
     assert upgrade.action == "update"
     params = aws("aws:elasticache/parameterGroup:ParameterGroup", "params", family="valkey8")
     assert one(params, changed(params, (("family",), "redis7"))).action == "replace"
+
+
+def test_retiring_a_team_of_a_protected_stack_blocks_and_the_notes_say_what_goes(render_stack, tmp_path):
+    """A protected stack protects a team's vended Namespace too: removing the team blocks (deleting a Namespace
+    deletes every claim in it), and the notes tell what goes with the Namespace and what stays on the backend."""
+    from components.toolchain import render as render_module
+
+    teams = {"workspaces": [{"name": "vision", "space": "100Gi"}]}
+    before, _ = render_stack("prod", teams=teams)
+    after, _ = render_stack("prod", teams={"workspaces": []})
+    old, new = tmp_path / "old", tmp_path / "new"
+    render_module.write(before, old)
+    render_module.write(after, new)
+    diff = plan_diff.diff_stack("prod", plan_diff.load_render(old), plan_diff.load_render(new), [])
+    changes = {c.id: c for c in diff.changes}
+    namespace = changes["Namespace/vision"]
+    assert namespace.action == "delete" and namespace.protected and namespace.blocking
+    assert "deleting a Namespace deletes every object in it, claims included" in namespace.notes
+    volume = changes["PersistentVolume/team.vision.space"]
+    assert any("reclaimPolicy Retain the data it names (a JuiceFS directory" in n for n in volume.notes)
+    assert not any("deletes the data" in n for n in volume.notes)
+
+
+def test_an_object_deleted_with_its_namespace_goes_with_it_whatever_retain_on_delete_says():
+    namespace = k8s("v1", "Namespace", "team-a")
+    claim = changed(CLAIM)
+    claim["protect"] = claim["retainOnDelete"] = True
+    diff = plan_diff.diff_stack("dev", rendered(namespace, claim), rendered(), [])
+    (gone,) = [c for c in diff.changes if c.id == "PersistentVolumeClaim/team-a/data"]
+    assert not any("stays in the cluster, unmanaged" in n for n in gone.notes)
+    assert "its Namespace team-a is deleted in the same update: Kubernetes deletes it" in gone.notes[-1]
+    kept = changed(namespace)
+    kept["protect"] = kept["retainOnDelete"] = True
+    diff = plan_diff.diff_stack("dev", rendered(kept, claim), rendered(), [])
+    (stays,) = [c for c in diff.changes if c.id == "PersistentVolumeClaim/team-a/data"]
+    assert any("stays in the cluster, unmanaged" in n for n in stays.notes)
