@@ -19,6 +19,8 @@ class Change:
     action: str
     """create, update, replace, delete or rejected (an update the API server refuses)."""
     fields: list[str] = field(default_factory=list)
+    values: list[str] = field(default_factory=list)
+    """The changed fields with their old and new value (``field old -> new``; long values left out)."""
     reasons: list[str] = field(default_factory=list)
     """Why it is replaced or rejected: the field, the rule and its source."""
     notes: list[str] = field(default_factory=list)

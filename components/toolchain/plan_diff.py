@@ -34,6 +34,7 @@ from .diff_rules import (
     matches,
     rejected_fields,
     replace_rules,
+    value_text,
 )
 from .diff_sources import RenderError, folders
 from .render import stack_file_config
@@ -69,6 +70,11 @@ def diff_stack(stack: str, base: Render, head: Render, acknowledged: list[str]) 
             if not leaves and not options:
                 continue
             change.action, change.fields = "update", [field_text(p) for p, _, _ in leaves] + options
+            change.values = [
+                f"`{field_text(p)}` {value_text(a)} -> {value_text(b)}"
+                for p, a, b in leaves
+                if len(value_text(a)) + len(value_text(b)) <= 120
+            ] + options
             for rule, source in replace_rules(new, head):
                 hits = [field_text(p) for p, a, b in leaves if not rule or matches(rule, p, a, b)]
                 if hits:
@@ -129,7 +135,8 @@ def markdown(diffs: list[StackDiff], base: str, head: str) -> str:
         lines += [f"## {d.stack}", "", ", ".join(f"{n} {a}" for a, n in counts.items() if n) or "no change", ""]
         if d.blocking:
             lines.append(
-                f"**Blocking** (exit 1): replaced or deleted while protected or holding data; acknowledge each in "
+                f"**Blocking** (exit 1): replaced or deleted while protected or holding data, or moving a pool's "
+                "data; acknowledge each in "
                 f"`cluster.acknowledgeReplacements` of Pulumi.{d.stack}.yaml once the data is safe:"
             )
             lines += [f"- `{c.id}`" for c in d.blocking]
@@ -141,9 +148,8 @@ def markdown(diffs: list[StackDiff], base: str, head: str) -> str:
             if c.action == "create":
                 continue
             flag = " (acknowledged)" if c.acknowledged else ""
-            shown = ", ".join(f"`{f}`" for f in c.fields[:8]) + (
-                f" and {len(c.fields) - 8} more" if len(c.fields) > 8 else ""
-            )
+            listed = c.values if len(c.values) == len(c.fields) else [f"`{f}`" for f in c.fields]
+            shown = ", ".join(listed[:8]) + (f" and {len(listed) - 8} more" if len(listed) > 8 else "")
             lines.append(f"- **{c.action}** `{c.id}`{flag}" + (f": {shown}" if shown else ""))
             reasons = [re.sub(r"(https://[^\s)]+)", r"[source](\1)", r) for r in c.reasons]
             lines += [f"  - why: {r}" for r in reasons] + [f"  - data: {n}" for n in c.notes]

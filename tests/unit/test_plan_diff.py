@@ -499,3 +499,17 @@ def test_an_object_deleted_with_its_namespace_goes_with_it_whatever_retain_on_de
     diff = plan_diff.diff_stack("dev", rendered(kept, claim), rendered(), [])
     (stays,) = [c for c in diff.changes if c.id == "PersistentVolumeClaim/team-a/data"]
     assert any("stays in the cluster, unmanaged" in n for n in stays.notes)
+
+
+def test_the_comment_shows_each_changed_value_old_and_new():
+    quota = k8s(
+        "v1",
+        "ResourceQuota",
+        "storage",
+        "team-a",
+        spec={"hard": {"ai-warm.storageclass.storage.k8s.io/requests.storage": "2Ti"}},
+    )
+    shrunk = changed(quota, (("spec", "hard", "ai-warm.storageclass.storage.k8s.io/requests.storage"), "1Ti"))
+    diff = plan_diff.diff_stack("dev", rendered(quota), rendered(shrunk), [])
+    comment = plan_diff.markdown([diff], "main", "HEAD")
+    assert '`.spec.hard.ai-warm.storageclass.storage.k8s.io/requests.storage` "2Ti" -> "1Ti"' in comment
