@@ -174,3 +174,21 @@ class Fluid(pulumi.ComponentResource):
             )
             self.datasets.append(ds.metadata["name"])
         self.register_outputs({"datasets": self.datasets})
+
+
+def runtime_claim_problems(t: Any, fluid_datasets: list[Any]) -> list[Problem]:
+    """Each runtime's dataset claim (``t``: the ``training`` section) is a Fluid dataset's in the workload
+    namespace (``fluid_datasets``: the enabled Fluid datasets), unless the runtime says it is made outside the
+    platform."""
+    made = {d.name for d in fluid_datasets if d.namespace == t.workload_namespace}
+    return [
+        Problem(
+            f"training.runtimes[{i}].datasetClaim",
+            f"expected a Fluid dataset of {t.workload_namespace} ({', '.join(sorted(made)) or 'none'})",
+            r.dataset_claim,
+            "nothing creates this claim, so every job's pods would stay Pending: add the Fluid dataset, or set "
+            f"training.runtimes[{i}].externalClaim: true if you create it yourself",
+        )
+        for i, r in enumerate(t.runtimes if t.enabled else [])
+        if r.dataset_claim not in made and not r.external_claim
+    ]

@@ -21,7 +21,7 @@ from pydantic import Field
 from .acceptance import AcceptanceSettings
 from .backends.object_stores.s3 import with_provider_region
 from .checkpoints import CheckpointProtection
-from .fluid import FluidSettings
+from .fluid import FluidSettings, runtime_claim_problems
 from .juicefs import JuiceFSSettings
 from .local_nvme import LocalNVMeSettings
 from .metadata_engine import MetadataSettings
@@ -257,7 +257,7 @@ class PlatformSettings(Section):
             for i, d in enumerate(self.fluid.datasets if self.fluid.enabled else [])
             if d.runtime == "juicefs" and not self.juicefs.enabled
         ]
-        return found
+        return found + runtime_claim_problems(self.training, self.fluid.datasets if self.fluid.enabled else [])
 
     def _namespace_problems(self) -> list[Problem]:
         found = []

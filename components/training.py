@@ -61,6 +61,8 @@ class RuntimeSettings(Section):
     """Trainer image, pinned by tag or digest; TrainJobs usually override it."""
     dataset_claim: DnsLabel
     """PVC mounted read-only at `/data` (a Fluid dataset's claim carries the dataset's name)."""
+    external_claim: bool = False
+    """`datasetClaim` is made outside the platform (by you, in `workloadNamespace`), not by a Fluid dataset."""
     data_tier: DataTier = "cold"
     """Tier of `datasetClaim` (Fluid's: cold): the pods' data-tier label, the read alerts' group (staged: hot)."""
     checkpoint_landing: checkpoints.LandingSettings = checkpoints.LandingSettings()

@@ -258,3 +258,17 @@ def test_a_runtimes_pods_tolerate_the_gpu_nodes_taint_unless_told_not_to(build):
     assert tolerates(runtime_pod(result)["spec"].get("tolerations"), taint)  # a TrainJob's GPUs: resourcesPerNode
     result, _ = build(lambda: training_on_volcano(runtimes=[{**RUNTIME, "gpuTolerations": []}]))
     assert not tolerates(runtime_pod(result)["spec"].get("tolerations"), taint)
+
+
+def test_a_runtime_whose_dataset_claim_nothing_creates_is_refused():
+    from components.sections import SettingsError
+    from components.settings import load_settings
+
+    with pytest.raises(SettingsError) as caught:
+        load_settings("prod", {"fluid": {"enabled": False}})
+    message = str(caught.value)
+    assert "training.runtimes[0].datasetClaim: expected a Fluid dataset of training (none); got 'datasets'" in message
+    assert "externalClaim: true" in message
+    runtime = {"name": "torch-distributed", "queue": "platform", "datasetClaim": "datasets", "externalClaim": True}
+    settings = load_settings("prod", {"fluid": {"enabled": False}, "training": {"runtimes": [runtime]}})
+    assert settings.training.runtimes[0].external_claim
