@@ -52,7 +52,8 @@ def reference(model: type[BaseModel], *sections: tuple[str, str, type[BaseModel]
         "`pulumi config set --path 'ai-storage-platform:objectStore.backend' s3`); the stack's profile in",
         "`stacks/` supplies the rest, and code defaults (below) anything neither sets. The layers merge mapping by",
         "mapping; a list is replaced whole: a stack that sets `volcano.queues` or `fluid.datasets` gives the whole",
-        "list (copy the profile's entries it keeps), and one that sets a list item's key rewrites that item's list.",
+        "list (copy the profile's entries it keeps); `pulumi config set --path '...volcano.queues[0].weight' 3`",
+        "writes a list of the stack's own, which then replaces the profile's.",
         "",
         *_key_table(model),
     ]
