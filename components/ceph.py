@@ -3,6 +3,8 @@ become (pure functions, checked against Rook's CRD schemas). ``RookCeph`` create
 
 ``storage.useAllDevices`` is always false: Ceph only takes the devices the settings name, never the NVMe
 disks meant for TopoLVM. Values that can lose or destroy data are refused unless the stack opts in by name.
+Longer than 350 lines because the cluster's settings, their durability rules and the specs built from them are
+one system that reads best in one place (``cluster_spec`` and the settings it reads side by side).
 """
 
 from __future__ import annotations
@@ -75,6 +77,8 @@ class CephStorageSettings(Section):
     """Regular expression of device names Ceph may use on every node (the default never matches `nvme*`)."""
     nodes: list[CephNode] = []
     """Per-node device lists; when set, only these nodes and disks are used and `deviceFilter` is ignored."""
+    osd_node_selector: dict[str, str] = {}
+    """Labels of the nodes whose disks become OSDs (unset: every node); keeps Ceph off the TopoLVM nodes' NVMe."""
 
 
 class CleanupPolicySettings(Section):
@@ -287,7 +291,16 @@ def cluster_spec(s: RookCephSettings) -> dict[str, Any]:
     else:
         storage["deviceFilter"] = s.storage.device_filter
     cleanup = s.cleanup_policy
+    terms = [
+        {
+            "matchExpressions": [
+                {"key": k, "operator": "In", "values": [v]} for k, v in s.storage.osd_node_selector.items()
+            ]
+        }
+    ]
+    on = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
     return {
+        **({"placement": {"osd": on, "prepareosd": on}} if s.storage.osd_node_selector else {}),
         "cephVersion": {"image": versions.CEPH_IMAGE, "allowUnsupported": False},
         "dataDirHostPath": s.data_dir_host_path,
         # Ceph-CSI keys the kernel clients of Linux < 7.0 understand (Rook's v1.20 default).

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from .common.kube import quantity_bytes
 from .sections import Problem, Quantity, Section
 
 DURATION = r"^[0-9]*[1-9][0-9]*(s|m|h|d)$"
@@ -42,6 +43,18 @@ class DecisionRecord(Section):
     """Longest acceptable time to restore a job's state from the tier (e.g. `15m`); unset: nothing is restored."""
     acceptable_cold_start: str = Field("10m", pattern=DURATION)
     """Longest acceptable time from a job's start to its first full-speed step with empty caches (e.g. `10m`)."""
+    checkpoint_size_per_rank: Quantity | None = None
+    """Size of one rank's shard of a checkpoint (the checkpoint tier's sizing; unset: no arithmetic)."""
+    ranks: int | None = Field(None, ge=1, le=1_000_000)
+    """Ranks whose shards land on the tier at once, at each save."""
+    save_objective: str | None = Field(None, pattern=DURATION)
+    """Longest acceptable time for every rank's shard of one save to land on the tier (e.g. `5m`)."""
+    devices: int | None = Field(None, ge=1, le=100_000)
+    """Devices (Ceph OSDs of the tier's device class) that hold the tier's data."""
+    device_write_mb_s: int | None = Field(None, ge=1, le=100_000)
+    """Sequential write of one such device, MB/s (its data sheet, or the tier's acceptance Job over `devices`)."""
+    device_read_mb_s: int | None = Field(None, ge=1, le=100_000)
+    """Sequential read of one such device, MB/s."""
 
 
 DEFAULTS: dict[str, DecisionRecord] = {
@@ -76,6 +89,12 @@ DEFAULTS: dict[str, DecisionRecord] = {
         checkpoint_interval="30m",
         restore_objective="15m",
         acceptable_cold_start="5m",
+        checkpoint_size_per_rank="10Gi",
+        ranks=64,
+        save_objective="5m",
+        devices=6,
+        device_write_mb_s=2000,
+        device_read_mb_s=3000,
     ),
     "block": DecisionRecord(
         dataset_size="1Ti",
@@ -88,7 +107,8 @@ DEFAULTS: dict[str, DecisionRecord] = {
 }
 """What each tier was sized for: the hot tier a node's packed working set, staged once and re-read every epoch;
 the warm tier shared many-small-file datasets re-read by many jobs; the cold tier the durable copy of every
-version, read mostly once per job through the cache; the checkpoint tier sharded saves every 30 minutes, read
+version, read mostly once per job through the cache; the checkpoint tier sharded saves every 30 minutes of 64 ranks
+x 10 GiB, landing within 5 minutes on 6 NVMe OSDs (2 GB/s write, 3 GB/s read each: 3 storage nodes x 2), read
 back only on a restore; the block tier single-writer volumes of services."""
 
 
@@ -139,3 +159,56 @@ def _text(value: object) -> str:
     if value is None:
         return "none"
     return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _seconds(duration: str) -> int:
+    return int(duration[:-1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[duration[-1]]
+
+
+def checkpoint_sizing(record: DecisionRecord, copies: int) -> tuple[float, float] | None:
+    """(seconds to save, seconds to restore) one checkpoint of ``record``'s ranks on its devices, each byte written
+    ``copies`` times (Ceph's replicas) and read once; None when the record lacks a figure."""
+    r = record
+    if (
+        r.checkpoint_size_per_rank is None
+        or r.ranks is None
+        or r.devices is None
+        or r.device_write_mb_s is None
+        or r.device_read_mb_s is None
+    ):
+        return None
+    total = quantity_bytes(r.checkpoint_size_per_rank) * r.ranks
+    return total * copies / (r.devices * r.device_write_mb_s * 1e6), total / (r.devices * r.device_read_mb_s * 1e6)
+
+
+def checkpoint_sizing_problems(s: Any) -> list[Problem]:
+    """A stack's checkpoint tier on Ceph meets its save and restore objectives on the devices its record names
+    (``s``: the PlatformSettings); refused with the arithmetic otherwise."""
+    record, ceph = s.tiers.decisions.checkpoint, s.rook_ceph
+    if s.tiers.checkpoint != "cephfs" or not ceph.enabled:
+        return []
+    times = checkpoint_sizing(record, ceph.replica_size)
+    if times is None:
+        return []
+    found = []
+    for (what, objective), seconds in zip(
+        (("saveObjective", record.save_objective), ("restoreObjective", record.restore_objective)), times, strict=True
+    ):
+        if objective is None or seconds <= _seconds(objective):
+            continue
+        rate = record.device_write_mb_s if what == "saveObjective" else record.device_read_mb_s
+        copies = f" x {ceph.replica_size} copies" if what == "saveObjective" else ""
+        arithmetic = (
+            f"{record.ranks} ranks x {record.checkpoint_size_per_rank}{copies} over {record.devices} devices at "
+            f"{rate} MB/s takes {seconds:,.0f} s"
+        )
+        found.append(
+            Problem(
+                f"tiers.decisions.checkpoint.{what}",
+                f"expected devices that meet it: {arithmetic}",
+                objective,
+                "give the checkpoint tier more or faster devices (rookCeph.checkpoint.deviceClass; the record's "
+                "devices and deviceWriteMbS), fewer ranks or smaller shards, or a longer objective",
+            )
+        )
+    return found

@@ -2,7 +2,6 @@
 
 Settings flow one way: code defaults < ``stacks/<profile>.yaml`` < ``Pulumi.<stack>.yaml``, parsed once into a
 frozen ``PlatformSettings``. A bad value is rejected before any resource is registered (see ``sections``).
-A little over 300 lines on purpose: the loader, the settings tree and the rules that span sections have one home.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from pydantic import Field
 from .acceptance import AcceptanceSettings
 from .backends.object_stores.s3 import with_provider_region
 from .checkpoints import CheckpointProtection
+from .decision_records import checkpoint_sizing_problems
 from .fluid import FluidSettings, runtime_claim_problems
 from .juicefs import JuiceFSSettings
 from .local_nvme import LocalNVMeSettings
@@ -42,8 +42,7 @@ PROJECT = "ai-storage-platform"
 # The profiles sit beside the package when installed (ai_storage_platform/stacks), at the top of a checkout.
 _HERE = Path(__file__).resolve().parent
 STACKS_DIR = _HERE / "stacks" if (_HERE / "stacks").is_dir() else _HERE.parent / "stacks"
-NVME_DEVICES = ("nvme0n1", "nvme1n1", "nvme0n1p1")
-"""Device names a Ceph device filter must not match while TopoLVM owns the NVMe disks."""
+NVME_DEVICES = ("nvme0n1", "nvme1n1", "nvme0n1p1")  # a Ceph filter must miss them while TopoLVM owns the NVMe
 
 
 class ClusterSettings(Section):
@@ -156,7 +155,7 @@ class PlatformSettings(Section):
 
     def _storage_problems(self) -> list[Problem]:
         """Ceph off TopoLVM's disks, RGW needing Rook-Ceph, ElastiCache needing AWS, a metadata engine that
-        survives a node loss in a protected stack, the caches on the node cache volume."""
+        survives a node loss in a protected stack, the caches on the node cache volume, checkpoint-tier arithmetic."""
         found = []
         m = self.metadata
         if self.juicefs.enabled and self.cluster.protect_stateful_resources and not m.accept_node_loss_risk:
@@ -176,14 +175,15 @@ class PlatformSettings(Section):
             found.append(shared)
         pattern = ceph.storage.device_filter
         on_nvme = pattern and any(re.search(pattern, d) for d in NVME_DEVICES)
-        if ceph.enabled and self.local_nvme.enabled and on_nvme and not ceph.storage.nodes:
+        apart = ceph.storage.osd_node_selector and ceph.storage.osd_node_selector != self.local_nvme.node_selector
+        if ceph.enabled and self.local_nvme.enabled and on_nvme and not ceph.storage.nodes and not apart:
             found.append(
                 Problem(
                     "rookCeph.storage.deviceFilter",
                     "expected a filter that matches no NVMe device while localNvme is enabled",
                     pattern,
-                    "Ceph would claim the NVMe disks meant for TopoLVM; list the disks Ceph may use in "
-                    "rookCeph.storage.nodes instead",
+                    "Ceph would claim the NVMe disks meant for TopoLVM; list the disks in rookCeph.storage.nodes, "
+                    "or keep the OSDs on storage nodes of their own (rookCeph.storage.osdNodeSelector)",
                 )
             )
         if self.object_store.s3.oidc_provider_arn and self.object_store.backend == "s3" and self.fluid.datasets:
@@ -204,7 +204,7 @@ class PlatformSettings(Section):
                     "enable rookCeph (it runs the RGW object store) or pick another backend",
                 )
             )
-        return found + platform_cache_problems(self)  # the JuiceFS and Fluid caches on the node cache volume
+        return found + platform_cache_problems(self) + checkpoint_sizing_problems(self)
 
     def _scheduling_problems(self) -> list[Problem]:
         """Training needs Volcano, a checkpoint tier and known queues; JuiceFS datasets need JuiceFS."""

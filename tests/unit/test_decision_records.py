@@ -28,6 +28,12 @@ KEYS = {
     "checkpoint-interval",
     "restore-objective",
     "acceptable-cold-start",
+    "checkpoint-size-per-rank",
+    "ranks",
+    "save-objective",
+    "devices",
+    "device-write-mb-s",
+    "device-read-mb-s",
 }
 ANNOTATION_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 """A Kubernetes annotation key: a DNS-subdomain prefix, '/', a name of at most 63 characters."""
@@ -142,3 +148,27 @@ def test_the_lag_alert_counts_in_the_checkpoint_tiers_own_interval_the_one_sourc
     assert any("/ 1800 " in r.get("expr", "") for r in default)  # the record's default, 30m: no second figure
     with pytest.raises(SettingsError, match=r"tiers\.decisions\.checkpoint\.checkpointInterval: expected a duration"):
         load_settings("dev", {"tiers": {"decisions": {"checkpoint": {"checkpointInterval": None}}}})
+
+
+def test_the_checkpoint_tier_is_sized_by_arithmetic_and_refused_when_its_devices_cannot_meet_it():
+    from components.decision_records import DEFAULTS, checkpoint_sizing
+    from components.sections import SettingsError
+    from components.settings import load_settings
+
+    save, restore = checkpoint_sizing(DEFAULTS["checkpoint"], 3)  # prod: 64 x 10 GiB, 3 copies, 6 NVMe OSDs
+    assert round(save) == 172 and round(restore) == 38  # within 5 and 15 minutes
+    hdd = {"devices": 12, "deviceWriteMbS": 150, "deviceReadMbS": 180}
+    with pytest.raises(SettingsError) as caught:
+        load_settings(
+            "prod", {"rookCeph": {"checkpoint": {"deviceClass": "hdd"}}, "tiers": {"decisions": {"checkpoint": hdd}}}
+        )
+    message = str(caught.value)
+    assert (
+        "tiers.decisions.checkpoint.saveObjective: expected devices that meet it: 64 ranks x 10Gi x 3 copies over 12 "
+        "devices at 150 MB/s takes 1,145 s; got '5m'"
+    ) in message
+    assert "restoreObjective" not in message  # 687 GB over 12 x 180 MB/s: 318 s, within 15 minutes
+    # HDDs where a stack's own figures allow it: fewer ranks.
+    small = load_settings("prod", {"tiers": {"decisions": {"checkpoint": {**hdd, "ranks": 16}}}})
+    assert small.tiers.decisions.checkpoint.ranks == 16
+    assert checkpoint_sizing(DEFAULTS["checkpoint"].model_copy(update={"devices": None}), 3) is None

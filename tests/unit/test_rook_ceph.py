@@ -194,7 +194,7 @@ def test_dev_without_its_opt_in_is_rejected():
 
 def test_a_device_filter_that_reaches_nvme_is_rejected_while_topolvm_is_on():
     with pytest.raises(SettingsError) as caught:
-        load_settings("prod", {"rookCeph": {"storage": {"deviceFilter": "^(sd|nvme)"}}})
+        load_settings("dev", {"rookCeph": {"storage": {"deviceFilter": "^(sd|nvme)"}}})  # dev: OSDs on every node
     assert "rookCeph.storage.deviceFilter: expected a filter that matches no NVMe device" in str(caught.value)
     settings = load_settings(
         "prod",
@@ -315,7 +315,7 @@ def pool_classes(result) -> dict[str, set]:
 
 
 @pytest.mark.parametrize(
-    ("stack", "warm", "checkpoint"), [("dev", None, None), ("staging", "ssd", "hdd"), ("prod", "ssd", "hdd")]
+    ("stack", "warm", "checkpoint"), [("dev", None, None), ("staging", "ssd", "nvme"), ("prod", "ssd", "nvme")]
 )
 def test_every_stack_puts_the_checkpoint_pools_on_their_own_device_class(render_stack, stack, warm, checkpoint):
     result, _ = render_stack(stack)
@@ -386,3 +386,19 @@ def test_the_cli_refuses_shared_checkpoint_devices_in_prod_with_one_line_and_exi
     err = capsys.readouterr().err
     assert "rookCeph.checkpoint.deviceClass: expected a device class other than rookCeph.deviceClass (ssd)" in err
     assert "Traceback" not in err and not (tmp_path / "out").exists()
+
+
+def test_osds_kept_on_storage_nodes_of_their_own_may_take_their_nvme_disks(render_stack):
+    """prod's checkpoint OSDs are the storage nodes' NVMe disks: allowed because the OSDs run only on nodes with a
+    label other than TopoLVM's, and the CephCluster says so (OSDs and their prepare jobs)."""
+    result, _ = render_stack("prod")
+    (cluster,) = crs(result, "CephCluster")
+    term = {"matchExpressions": [{"key": "ai-storage-platform/ceph-osd", "operator": "In", "values": ["true"]}]}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+    assert cluster["spec"]["placement"] == {"osd": affinity, "prepareosd": affinity}
+    assert cluster["spec"]["storage"]["deviceFilter"] == "^(sd[b-z]|nvme[1-9]n1)$"
+    assert validate_custom_resource(cluster) == []
+    same = {"ai-storage-platform/local-nvme": "true"}  # TopoLVM's own label: the same nodes
+    with pytest.raises(SettingsError) as caught:
+        load_settings("dev", {"rookCeph": {"storage": {"deviceFilter": "^nvme[1-9]n1$", "osdNodeSelector": same}}})
+    assert "rookCeph.storage.deviceFilter: expected a filter that matches no NVMe device" in str(caught.value)
