@@ -3,8 +3,8 @@ become (pure functions, checked against Rook's CRD schemas). ``RookCeph`` create
 
 ``storage.useAllDevices`` is always false: Ceph only takes the devices the settings name, never the NVMe
 disks meant for TopoLVM. Values that can lose or destroy data are refused unless the stack opts in by name.
-Longer than 350 lines because the cluster's settings, their durability rules and the specs built from them are
-one system that reads best in one place (``cluster_spec`` and the settings it reads side by side).
+The module is longer than 350 lines because the cluster's settings, their durability rules and the specs
+built from them are one system that reads best in one place (``cluster_spec`` beside the settings it reads).
 """
 
 from __future__ import annotations

@@ -119,3 +119,10 @@ def packed_dataset(tmp_path_factory):
         (root / "files" / f"s{i:05d}.bin").write_bytes(os.urandom(16 * 1024))
     pack(root / "files", root / "packed", "steps", "v1", shard_bytes=512 * 1024)
     return root / "packed" / "steps" / "v1"
+
+
+def external_dataset_claims(profile: str = "dev") -> dict[str, Any]:
+    """Overrides giving ``profile``'s training runtimes ``externalClaim: true``: for variants without the Fluid
+    dataset the runtimes' claims name (the claim then has to come from elsewhere)."""
+    runtimes = yaml.safe_load((render.ROOT / "stacks" / f"{profile}.yaml").read_text())["training"]["runtimes"]
+    return {"training": {"runtimes": [{**r, "externalClaim": True} for r in runtimes]}}

@@ -15,7 +15,7 @@ from components.sections import SettingsError, merge
 from components.settings import PROJECT, PlatformSettings, decode, load_settings
 from components.toolchain import render
 from components.toolchain.render import ROOT
-from tests.conftest import STACKS, objects
+from tests.conftest import STACKS, external_dataset_claims, objects
 from tests.kube_semantics import Pod, allowed
 
 PORTS = {"redis": 6379, "sentinel": 26379, "exporter": 9121, "s3": 9000, "console": 9001}
@@ -110,7 +110,7 @@ VARIANTS = [
     {"metadata": {"engine": "sentinel", "acceptNodeLossRisk": True}},
     {"monitoring": {"enabled": False}},
     {"objectStore": {"minio": {"replicas": 4}}, "networkPolicies": {"prometheusNamespace": "observability"}},
-    {"fluid": {"datasets": SPLIT_DATASETS}},  # no dataset where training runs
+    {"fluid": {"datasets": SPLIT_DATASETS}, **external_dataset_claims()},  # no dataset where training runs
 ]
 
 
@@ -148,7 +148,7 @@ def test_no_network_policy_of_any_stack_admits_every_address(render_stack, case)
     assert errors == []
 
 
-@pytest.mark.parametrize("overrides", [{}, {"fluid": {"datasets": SPLIT_DATASETS}}])
+@pytest.mark.parametrize("overrides", [{}, {"fluid": {"datasets": SPLIT_DATASETS}, **external_dataset_claims()}])
 def test_every_rendered_object_that_names_minio_runs_where_minio_admits_it(render_stack, overrides):
     """A cross-check of the intent: every workload or dataset that points at MinIO's Service sits in a namespace
     whose pods reach its S3 port."""

@@ -10,7 +10,7 @@ import yaml
 from components.backends.object_stores.bucket import ROLE_ANNOTATION, prefix_policy
 from components.juicefs import CHART_ACCOUNTS, MOUNT_ACCOUNT_PARAMETER
 from components.toolchain.render import ROOT
-from tests.conftest import by_name, objects
+from tests.conftest import by_name, external_dataset_claims, objects
 
 OIDC = "arn:aws:iam::123456789012:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/ABC"
 ISSUER = "oidc.eks.us-east-1.amazonaws.com/id/ABC"
@@ -21,6 +21,7 @@ S3_OIDC = {
     "objectStore": {"backend": "s3", "bucket": "ai-data-x", "s3": {"oidcProviderArn": OIDC}},
     "fluid": {"datasets": []},
     "teams": {"workspaces": [{k: v for k, v in t.items() if k != "fluidDatasets"} for t in DEV_TEAMS]},
+    **external_dataset_claims(),  # no Fluid dataset for the runtime's claim
 }
 TEAM_PREFIXES = {f"checkpoints/{t['name']}/" for t in DEV_TEAMS}
 
