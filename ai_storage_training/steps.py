@@ -9,8 +9,8 @@ Two lines in a training loop::
 A step runs from one batch request to the next (the first, which waits for the loader to start, is not timed). Per
 step the timer measures the time the loop waited for its batch (``data wait``), the time it was blocked in
 checkpoint saves (the checkpointer's own measure), and the rest (``compute``). These are host-side times: on CUDA,
-kernels run asynchronously, so a loop that never synchronizes
-may wait for data while its GPU still works; the GPU's busy fraction (NVML, ``gpu.py``) says how busy it was.
+kernels run asynchronously, so a loop that never synchronizes may wait for data while its GPU still works; the
+GPU's busy fraction (NVML, ``gpu.py``) says how busy it was.
 The data loader's own time is split into waiting for storage reads (``ShardDataset``, ``PrefetchingReader``,
 ``read_file``) and decoding/transforming (``ShardDataset``'s ``transform``, ``timed``): a CPU-bound loader is
 told from a storage-bound one. DataLoader workers report through ``$PROMETHEUS_MULTIPROC_DIR`` (``metrics.py``).
@@ -76,6 +76,23 @@ def loader_totals() -> tuple[float, float]:
             if sample.name in found:
                 found[sample.name] += sample.value
     return found[LOADER_FIGURES[0]], found[LOADER_FIGURES[1]]
+
+
+def storage_goodput(step: float, wait: float, checkpoint: float, restore: float, lost: float) -> float:
+    """The fraction of a run's time not lost to storage: its steps (``step`` seconds, of which ``wait`` waiting
+    for data and ``checkpoint`` blocked in saves), its ``restore`` and the ``lost`` progress of a restart."""
+    wall = step + restore + lost
+    return 1.0 - (wait + checkpoint + restore + lost) / wall if wall > 0 else 1.0
+
+
+def read_progress(directory: str | os.PathLike[str]) -> tuple[int, float, float] | None:
+    """(step reached, mean step seconds, Unix time written) of the step timer's record in ``directory``; None
+    without one; ValueError (or KeyError, TypeError) when it cannot be read as one."""
+    try:
+        record = json.loads((Path(directory) / PROGRESS_FILE).read_text())
+    except FileNotFoundError:
+        return None
+    return int(record["step"]), float(record["step_seconds"]), float(record["time"])
 
 
 def _rank() -> int:
@@ -171,10 +188,10 @@ class StepTimer:
 
     def goodput(self) -> float:
         """Fraction of this run's time (its steps, its restore, the progress a restart lost) not lost to storage."""
-        t, restore = self.totals, metrics.process_total("restore")
-        wall = t["step"] + restore + self.lost_seconds
-        lost = t["wait"] + t["checkpoint"] + restore + self.lost_seconds
-        return 1.0 - lost / wall if wall > 0 else 1.0
+        t = self.totals
+        return storage_goodput(
+            t["step"], t["wait"], t["checkpoint"], metrics.process_total("restore"), self.lost_seconds
+        )
 
     def _snapshot(self) -> dict[str, float]:
         read, transform = loader_totals()
@@ -222,13 +239,13 @@ class StepTimer:
         if self.progress_path is None:
             return
         try:
-            record = json.loads(self.progress_path.read_text())
-            reached, step_seconds = int(record["step"]), float(record["step_seconds"])
-        except FileNotFoundError:
-            return
+            found = read_progress(self.progress_path.parent)
         except (OSError, ValueError, KeyError, TypeError) as e:
             self.log(f"steps: ignoring {self.progress_path} ({e}); no lost progress counted")
             return
+        if found is None:
+            return
+        reached, step_seconds, _ = found
         if reached > self.step:
             self.lost_seconds = (reached - self.step) * step_seconds
             metrics.LOST_PROGRESS_SECONDS.inc(self.lost_seconds)
@@ -246,10 +263,12 @@ def progress_at_risk(directory: str | os.PathLike[str], newest_step: int | None)
     """What a restart now would lose: the step the job reached (its step timer's record in ``directory``) past
     ``newest_step`` (the newest committed checkpoint), in steps and seconds; None without a record."""
     try:
-        record = json.loads((Path(directory) / PROGRESS_FILE).read_text())
-        reached, step_seconds, when = int(record["step"]), float(record["step_seconds"]), float(record["time"])
+        found = read_progress(directory)
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    if found is None:
+        return None
+    reached, step_seconds, when = found
     lost = max(0, reached - (newest_step or 0))
     return {
         "reached_step": reached,

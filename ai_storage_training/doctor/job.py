@@ -27,6 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from .. import cli
 from ..cli_types import URL, Integer, Pattern, Source
+from ..steps import storage_goodput
 
 INPUT_SHARE = 0.20
 """Data wait over step time from which a job is input-bound (a GPU idle a fifth of the time: below 80 % busy)."""
@@ -127,7 +128,7 @@ def judge(figures: dict[str, float], tier: str | None = None) -> dict[str, Any]:
         "loader_read_share": round(f.get("read", 0.0) / loader, 3) if loader else None,
         "gpu_busy": round(f["gpu"], 3) if "gpu" in f else None,
         "prefetch_hit_ratio": round(f["hits"] / lookups, 3) if lookups else None,
-        "storage_goodput": round(1 - (f["wait"] + f["checkpoint"] + restore + lost) / (f["step"] + restore + lost), 3),
+        "storage_goodput": round(storage_goodput(f["step"], f["wait"], f["checkpoint"], restore, lost), 3),
         "read_mb_s": round(f.get("read_bytes", 0.0) / f["step"] / 1e6, 1),  # what the job read per second of steps
     }
     waited = f"the loop waits for data {wait:.0%} of its step time"
