@@ -132,6 +132,10 @@ class AcceptanceSettings(Section):
     """Per-tier thresholds (`hot`, `warm`, `cold`, `checkpoint`, `block`); a figure not set is the tier's floor
     from the design's pyramid (docs/tiers.md, "Acceptance")."""
 
+    def floors(self, tier: Tier) -> Thresholds:
+        """What ``tier``'s Job must reach: its design floor with the figures ``thresholds`` sets for it."""
+        return effective_thresholds(tier, self.thresholds.get(tier))
+
     def problems(self) -> list[Problem]:
         """The stories' files fit the claim with room to spare; the reads read what the write wrote."""
         st, found = self.stories, []
@@ -302,7 +306,7 @@ class StorageAcceptance(pulumi.ComponentResource):
                 metadata={"name": f"acceptance-{tier}", "namespace": ns.metadata.name},
                 data={
                     "job.fio": fio_job_file(tier, s.stories),
-                    "run.sh": acceptance_script(tier, effective_thresholds(tier, s.thresholds.get(tier))),
+                    "run.sh": acceptance_script(tier, s.floors(tier)),
                 },
                 opts=pulumi.ResourceOptions(parent=self),
             )

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .acceptance import DESIGN_FLOORS, effective_thresholds
+from .acceptance import DESIGN_FLOORS
 
 JUICEFS_STORAGE_CLASS = "reference: the JuiceFS StorageClass (juicefs-ai) mount options"
 FIO = "reference: the in-pod fio benchmark (three stories, bench pod 4 CPU / 8 Gi)"
@@ -49,7 +49,7 @@ def _floor(tier: str, figure: str) -> DesignValue:
         f"acceptance.thresholds.{tier}.{CAMEL[figure]}",
         getattr(DESIGN_FLOORS[tier], figure),  # type: ignore[index]
         "reference: the tier pyramid (lower end of the tier's range)",
-        lambda s: getattr(effective_thresholds(tier, s.acceptance.thresholds.get(tier)), figure),  # type: ignore[arg-type]
+        lambda s: getattr(s.acceptance.floors(tier), figure),
     )
 
 
@@ -98,7 +98,7 @@ DESIGN: list[DesignValue] = [
         "acceptance.thresholds.cold.warmColdRatio",
         3.0,
         "reference: the JuiceFS exercise (a warm read three times the cold one)",
-        lambda s: effective_thresholds("cold", s.acceptance.thresholds.get("cold")).warm_cold_ratio,
+        lambda s: s.acceptance.floors("cold").warm_cold_ratio,
     ),
 ]
 """The design's values the stacks are held to."""

@@ -136,10 +136,7 @@ def node_cache(
         "name": "node-cache",
         "namespace": namespace,
         "labels": kube.labels("node-cache", "preparation"),
-        "annotations": {
-            f"checkov.io/skip{i}": f"{check}={why}"
-            for i, (check, why) in enumerate({"CKV_K8S_43": kube.CHECKOV_SKIPS["CKV_K8S_43"], **SKIPS}.items(), 1)
-        },
+        "annotations": kube.skip_annotations({"CKV_K8S_43": kube.CHECKOV_SKIPS["CKV_K8S_43"], **SKIPS}),
     }
     spec = daemonset_spec(volume_group, s, node_selector, tolerations)
     return k8s.apps.v1.DaemonSet(
@@ -178,11 +175,11 @@ def cache_home_problems(
             hint = f"use {home.path}/fluid (the node cache volume); elsewhere the cache lands on the node's root disk"
             found.append(Problem(f"{key}.path", f"expected a directory under {home.path}", level.path, hint))
     fluid_gib = sum(kube.quantity_bytes(level.quota) for _, level in disk_levels) / 2**30
-    juicefs_gib = juicefs.cache_size_mib / 1024 / (1 - juicefs.free_space_ratio) if juicefs is not None else 0.0
+    cache_mib, kept_free = (juicefs.cache_size_mib, juicefs.free_space_ratio) if juicefs is not None else (0, 0.0)
+    juicefs_gib = cache_mib / 1024 / (1 - kept_free)
     if juicefs_gib + fluid_gib > home.size_gib:
         arithmetic = (
-            f"the JuiceFS cache {juicefs.cache_size_mib if juicefs is not None else 0} MiB with "
-            f"{juicefs.free_space_ratio if juicefs is not None else 0:g} kept free needs {juicefs_gib:,.0f} GiB, "
+            f"the JuiceFS cache {cache_mib} MiB with {kept_free:g} kept free needs {juicefs_gib:,.0f} GiB, "
             f"Fluid's SSD levels {fluid_gib:,.0f} GiB: {juicefs_gib + fluid_gib:,.0f} GiB"
         )
         hint = "grow localNvme.cacheVolume.sizeGib or shrink juicefs.cache.cacheSizeMib / the Fluid quotas"

@@ -177,7 +177,12 @@ def checkov_skips(resources: Resources, *also: str) -> dict[str, str]:
     """Annotations making checkov skip, with the reason, what a workload does on purpose: image tags rather
     than digests, no CPU limit when ``resources`` sets none, and the checks named in ``also``."""
     checks = ["CKV_K8S_43"] + ([] if resources.cpu_limit else ["CKV_K8S_11"]) + list(also)
-    return {f"checkov.io/skip{i}": f"{check}={CHECKOV_SKIPS[check]}" for i, check in enumerate(checks, 1)}
+    return skip_annotations({check: CHECKOV_SKIPS[check] for check in checks})
+
+
+def skip_annotations(reasons: Mapping[str, str]) -> dict[str, str]:
+    """``checkov.io/skipN`` annotations, one per check of ``reasons`` (check -> why it is skipped)."""
+    return {f"checkov.io/skip{i}": f"{check}={why}" for i, (check, why) in enumerate(reasons.items(), 1)}
 
 
 def ingress_policy(

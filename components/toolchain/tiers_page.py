@@ -12,10 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..acceptance import effective_thresholds
 from ..decision_records import DecisionRecord, record_annotations
 from ..design_values import differences
-from ..settings import PROJECT, decode, load_settings
+from ..settings import PROJECT, PlatformSettings, decode, load_settings
 from ..storage_tiers import TIERS, class_name
 from .render import ROOT, stack_file_config
 
@@ -30,17 +29,17 @@ def stacks(root: Path = ROOT) -> list[str]:
     return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
 
 
-def _stack_settings(stack: str, root: Path):
+def _stack_settings(stack: str, root: Path) -> PlatformSettings:
     config, _ = stack_file_config(root / f"Pulumi.{stack}.yaml")
     prefix = f"{PROJECT}:"
     return load_settings(stack, {k[len(prefix) :]: decode(v) for k, v in config.items() if k.startswith(prefix)})
 
 
-def _records(root: Path) -> list[str]:
+def _records(settings: dict[str, PlatformSettings]) -> list[str]:
     head = ["tier", "StorageClass", "backend", *(key for key, _ in FIELDS)]
     lines = []
-    for stack in stacks(root):
-        tiers = _stack_settings(stack, root).tiers
+    for stack, stack_settings in settings.items():
+        tiers = stack_settings.tiers
         lines += [f"### `{stack}`", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for tier in TIERS:
             backend = getattr(tiers, tier)
@@ -52,7 +51,7 @@ def _records(root: Path) -> list[str]:
     return lines
 
 
-def _acceptance(root: Path) -> list[str]:
+def _acceptance(settings: dict[str, PlatformSettings]) -> list[str]:
     """Each stack's acceptance: the stories as it runs them and each tier's floors (the design's, or its own)."""
     lines = [
         "Each tier's acceptance Job (`components/acceptance.py`) runs the design's three fio stories and fails",
@@ -63,21 +62,19 @@ def _acceptance(root: Path) -> list[str]:
         "| stack | runs | waited for | stories (per job) | fio pod | tier: read / write MiB/s, random IOPS |",
         "|---|---|---|---|---|---|",
     ]
-    for stack in stacks(root):
-        s = _stack_settings(stack, root)
+    for stack, s in settings.items():
         a, st, served = s.acceptance, s.acceptance.stories, [t for t in TIERS if getattr(s.tiers, t) != "none"]
         stories = f"{st.seq_write.size_mib} MiB, {st.seq_write.runtime_seconds} s"
         pod = f"{a.resources.cpu_request} CPU, {a.resources.memory_limit}"
         floors = "; ".join(
             f"{tier}: {t.seq_read_mib_s} / {t.seq_write_mib_s}, {t.rand_read_iops}"
-            for tier in served
-            if (t := effective_thresholds(tier, a.thresholds.get(tier)))
+            for tier, t in ((tier, a.floors(tier)) for tier in served)
         )
         lines.append(f"| `{stack}` | {a.enabled} | {a.block_until_done} | {stories} | {pod} | {floors} |")
     return [*lines, ""]
 
 
-def _design(root: Path) -> list[str]:
+def _design(settings: dict[str, PlatformSettings]) -> list[str]:
     """Every value where a stack differs from the design, with its decision (``design_values.py``)."""
     lines = [
         "The design's values (`components/design_values.py`: the reference's JuiceFS mount options, fio stories",
@@ -88,8 +85,8 @@ def _design(root: Path) -> list[str]:
         "| stack | key | design | stack's value | why | measured |",
         "|---|---|---|---|---|---|",
     ]
-    for stack in stacks(root):
-        for value, actual, decision in differences(stack, _stack_settings(stack, root)):
+    for stack, stack_settings in settings.items():
+        for value, actual, decision in differences(stack, stack_settings):
             why, measured = (decision.why, decision.measured) if decision else ("UNDECIDED", "")
             lines.append(f"| `{stack}` | `{value.key}` | {value.design} | {actual} | {why} | {measured} |")
     return [*lines, ""]
@@ -156,6 +153,7 @@ def _figures(data: Any, at: str = "") -> list[tuple[str, Any]]:
 def tiers_page(root: Path = ROOT, results: Path = RESULTS) -> str:
     """The text of docs/tiers.md."""
     doc = {key: " ".join((info.description or "").split()) for key, info in FIELDS}
+    settings = {stack: _stack_settings(stack, root) for stack in stacks(root)}  # each stack's files read once
     lines = [
         "# Storage tiers: what each was sized for, and what was measured",
         "",
@@ -172,13 +170,13 @@ def tiers_page(root: Path = ROOT, results: Path = RESULTS) -> str:
         "",
         "## Decision records, by stack",
         "",
-        *_records(root),
+        *_records(settings),
         "## Acceptance: each tier's floor, by stack",
         "",
-        *_acceptance(root),
+        *_acceptance(settings),
         "## Where the stacks differ from the design, and why",
         "",
-        *_design(root),
+        *_design(settings),
         "## Measured on this platform's data path",
         "",
         "### JuiceFS: cold and warm reads, checkpoint saves",
