@@ -76,7 +76,7 @@ def diagnose(
         report["reads"] = {"skipped": f"no data files under {path}"}
     if files:
         say("prefetching: the files read as a job would, one step at a time")
-        report["prefetch"] = prefetch_test(files, step_ms)
+        report["prefetch"] = prefetch_test(path, files, step_ms, read_mib * MIB)
     say(f"{saves} test checkpoints of {checkpoint_mib} MiB in {checkpoint_dir or path}")
     report["checkpoint"] = checkpoint_test(checkpoint_dir or path, checkpoint_mib * MIB, saves)
     report["juicefs"] = juicefs_state(mountpoint) if fstype == JUICEFS_FSTYPE else None
@@ -125,7 +125,7 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--step-ms",
         type=Number(0, 60_000),
         default=20.0,
-        help="the job's time per file for the prefetch test, ms (default 20)",
+        help="the job's time per file (per sample of a packed dataset) for the prefetch test, ms (default 20)",
     )
     doctor.add_argument("--no-fio", action="store_true", help="measure reads in Python even when fio is installed")
     _profile_arguments(doctor)

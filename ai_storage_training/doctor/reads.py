@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data import PrefetchingReader
+from ..data import manifest as mf
 from .fio import FioError, fio_reads, fio_safe
 
 MIB = 1024 * 1024
@@ -17,6 +18,10 @@ FIO_MIN_FILE = 4096
 """fio reads whole blocks of at least 4 KiB: smaller files are left to the Python reads."""
 PREFETCH_MAX_FILE = 64 * MIB
 PREFETCH_MIN_FILES = 20
+PREFETCH_MIN_SHARDS = 4
+"""A packed dataset's first shard is the job's start (not counted): three reads of the job's read-ahead at least."""
+SHARD_READAHEAD = 2
+"""Shards a ShardDataset reads ahead by default (``readahead``), with one thread."""
 
 
 def drop_cache(path: Path) -> None:
@@ -110,8 +115,15 @@ def read_tests(files: list[Path], budget: int, use_fio: bool) -> dict[str, Any]:
     return {"files": len(files), "bytes": size, **figures, **({"fio_error": fio_error} if fio_error else {})}
 
 
-def prefetch_test(files: list[Path], step_ms: float) -> dict[str, Any]:
-    """Read ``files`` (those up to 64 MiB) with the PrefetchingReader as a job spending ``step_ms`` per file."""
+def prefetch_test(root: Path, files: list[Path], step_ms: float, budget: int) -> dict[str, Any]:
+    """Read ``files`` (those up to 64 MiB) with the PrefetchingReader as a job spending ``step_ms`` per file; a
+    packed dataset (``root`` holds a manifest) as its ShardDataset reads it (:func:`shard_prefetch_test`)."""
+    if (root / mf.MANIFEST).is_file():
+        try:
+            manifest = mf.load(root)
+        except mf.DatasetError as error:
+            return {"skipped": f"a packed dataset whose manifest is refused: {error}"}
+        return shard_prefetch_test(root, manifest, budget, step_ms)
     small = [f for f in files if f.stat().st_size <= PREFETCH_MAX_FILE]
     if len(small) < PREFETCH_MIN_FILES:
         return {"skipped": f"{len(small)} data files of 64 MiB or less: too few for a hit ratio (20 needed)"}
@@ -127,4 +139,36 @@ def prefetch_test(files: list[Path], step_ms: float) -> dict[str, Any]:
         "hits": reader.hits,
         "misses": reader.misses,
         "hit_ratio_percent": round(100 * reader.hit_ratio, 1),
+    }
+
+
+def shard_prefetch_test(root: Path, manifest: mf.Manifest, budget: int, step_ms: float) -> dict[str, Any]:
+    """A packed dataset's shards read as ShardDataset reads them (``SHARD_READAHEAD`` ahead, one thread) by a job
+    spending ``step_ms`` per sample (a file before packing), until ``budget`` bytes; the first shard not counted."""
+    shards, total = [], 0
+    for shard in manifest.shards:
+        if total >= budget and len(shards) >= PREFETCH_MIN_SHARDS:
+            break
+        shards.append(shard)
+        total += shard.size
+    if len(shards) < PREFETCH_MIN_SHARDS:
+        return {"skipped": f"{manifest.describe()} has {len(shards)} shards: too few for a hit ratio (4 needed)"}
+    paths = [root / shard.name for shard in shards]
+    for path in paths:
+        drop_cache(path)
+    reader = PrefetchingReader(paths, depth=SHARD_READAHEAD, workers=1)
+    start = (0, 0)
+    for i, _ in enumerate(reader):
+        if i == 0:
+            start = (reader.hits, reader.misses)  # the job's start: its first shard could not be read ahead
+        time.sleep(shards[i].samples * step_ms / 1000)
+    hits, misses = reader.hits - start[0], reader.misses - start[1]
+    return {
+        "layout": "packed",
+        "shards": len(paths),
+        "depth": reader.depth,
+        "step_ms": step_ms,
+        "hits": hits,
+        "misses": misses,
+        "hit_ratio_percent": round(100 * hits / (hits + misses), 1),
     }

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -82,6 +83,33 @@ def test_doctor_skips_what_it_cannot_measure_and_says_why(tmp_path):
     assert "pass --checkpoint-dir with a writable path" in report["checkpoint"]["skipped"]
     assert report["findings"] == [] and report["status"] == "ok" and proc.returncode == 0
     assert "checkpoint: skipped: cannot write in" in proc.stdout
+
+
+def test_a_packed_dataset_gets_its_prefetch_test_as_its_shard_dataset_reads_it(packed_dataset, tmp_path):
+    """The layout the library recommends: 13 shards of about 512 KiB (fewer than the 20 files a plain directory
+    needs); its shards are read ahead as ShardDataset reads them, the first (the job's start) not counted."""
+    report_file = tmp_path / "report.json"
+    proc = run_doctor(str(packed_dataset), "--json", str(report_file), "--read-mib", "8", "--step-ms", "1")
+    prefetch = json.loads(report_file.read_text())["prefetch"]
+    assert proc.returncode in (0, 1) and "skipped" not in prefetch, prefetch
+    assert prefetch["layout"] == "packed" and prefetch["shards"] == 13 and prefetch["depth"] == 2
+    assert prefetch["hits"] + prefetch["misses"] == 12
+
+
+@pytest.mark.parametrize(("read_s", "per_sample_ms", "ratio"), [(0.0, 2.0, 100.0), (0.1, 0.0, 0.0)])
+def test_the_packed_prefetch_ratio_is_whether_the_next_shard_was_read_while_the_job_worked(
+    packed_dataset, monkeypatch, read_s, per_sample_ms, ratio
+):
+    """Shards read at once while the job spends 2 ms per sample: every read ahead was ready; shards that take 0.1 s
+    for a job that does not wait: none was."""
+    from ai_storage_training.data import manifest as mf
+    from ai_storage_training.data import reader
+    from ai_storage_training.doctor import reads
+
+    read = reader._read
+    monkeypatch.setattr(reader, "_read", lambda path: time.sleep(read_s) or read(path))
+    result = reads.shard_prefetch_test(packed_dataset, mf.load(packed_dataset), 1 << 30, per_sample_ms)
+    assert result["hit_ratio_percent"] == ratio, result
 
 
 @pytest.mark.parametrize(
