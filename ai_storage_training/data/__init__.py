@@ -7,6 +7,8 @@ one onto the hot tier, verified), ``datasets.py`` (``ShardDataset``, for PyTorch
 ``checkpoint/commit.py``.
 """
 
+from .manifest import MANIFEST, DatasetError, Manifest
+from .manifest import load as load_manifest
 from .reader import PrefetchingReader
 
-__all__ = ["PrefetchingReader"]
+__all__ = ["MANIFEST", "DatasetError", "Manifest", "PrefetchingReader", "load_manifest"]

@@ -8,8 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..data import PrefetchingReader
-from ..data import manifest as mf
+from ..data import MANIFEST, DatasetError, Manifest, PrefetchingReader, load_manifest
 from .fio import FioError, fio_reads, fio_safe
 
 MIB = 1024 * 1024
@@ -118,10 +117,10 @@ def read_tests(files: list[Path], budget: int, use_fio: bool) -> dict[str, Any]:
 def prefetch_test(root: Path, files: list[Path], step_ms: float, budget: int) -> dict[str, Any]:
     """Read ``files`` (those up to 64 MiB) with the PrefetchingReader as a job spending ``step_ms`` per file; a
     packed dataset (``root`` holds a manifest) as its ShardDataset reads it (:func:`shard_prefetch_test`)."""
-    if (root / mf.MANIFEST).is_file():
+    if (root / MANIFEST).is_file():
         try:
-            manifest = mf.load(root)
-        except mf.DatasetError as error:
+            manifest = load_manifest(root)
+        except DatasetError as error:
             return {"skipped": f"a packed dataset whose manifest is refused: {error}"}
         return shard_prefetch_test(root, manifest, budget, step_ms)
     small = [f for f in files if f.stat().st_size <= PREFETCH_MAX_FILE]
@@ -142,15 +141,15 @@ def prefetch_test(root: Path, files: list[Path], step_ms: float, budget: int) ->
     }
 
 
-def shard_prefetch_test(root: Path, manifest: mf.Manifest, budget: int, step_ms: float) -> dict[str, Any]:
+def shard_prefetch_test(root: Path, manifest: Manifest, budget: int, step_ms: float) -> dict[str, Any]:
     """A packed dataset's shards read as ShardDataset reads them (``SHARD_READAHEAD`` ahead, one thread) by a job
     spending ``step_ms`` per sample (a file before packing), until ``budget`` bytes; the first shard not counted."""
-    shards, total = [], 0
+    count = total = 0  # the manifest's first shards up to the budget
     for shard in manifest.shards:
-        if total >= budget and len(shards) >= PREFETCH_MIN_SHARDS:
+        if total >= budget and count >= PREFETCH_MIN_SHARDS:
             break
-        shards.append(shard)
-        total += shard.size
+        count, total = count + 1, total + shard.size
+    shards = manifest.shards[:count]
     if len(shards) < PREFETCH_MIN_SHARDS:
         return {"skipped": f"{manifest.describe()} has {len(shards)} shards: too few for a hit ratio (4 needed)"}
     paths = [root / shard.name for shard in shards]
