@@ -60,6 +60,15 @@ class CephDevice(Section):
         return {"name": data} if isinstance(data, str) else data
 
 
+NVME_PATHS = (
+    "/dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_AWS1A2B3C4D5E6F7",
+    "/dev/disk/by-id/nvme-SAMSUNG_MZQL23T8HCLS-00A07_S64HNE0T123456",
+    "/dev/disk/by-path/pci-0000:00:1f.0-nvme-1",
+    "/dev/nvme1n1",
+)
+"""Paths of NVMe disks as Nitro and other servers name them (a path filter must miss them while TopoLVM owns them)."""
+
+
 class CephNode(Section):
     """One storage node and the exact disks Ceph may use on it."""
 
@@ -75,10 +84,20 @@ class CephStorageSettings(Section):
 
     device_filter: Regex | None = "^sd[b-z]$"
     """Regular expression of device names Ceph may use on every node (the default never matches `nvme*`)."""
+    device_path_filter: Regex | None = None
+    """Regular expression of stable device paths, used instead of `deviceFilter` (Rook would ignore it beside a
+    name filter). On AWS Nitro every disk is `nvme*`: `^/dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_`
+    selects the instance-store disks, never EBS volumes."""
     nodes: list[CephNode] = []
     """Per-node device lists; when set, only these nodes and disks are used and `deviceFilter` is ignored."""
     osd_node_selector: dict[str, str] = {}
     """Labels of the nodes whose disks become OSDs (unset: every node); keeps Ceph off the TopoLVM nodes' NVMe."""
+
+    def filter_in_effect(self) -> tuple[str, str | None, tuple[str, ...]]:
+        """The key of the filter Rook applies, its pattern, and NVMe devices it must miss while TopoLVM owns them."""
+        if self.device_path_filter:
+            return "devicePathFilter", self.device_path_filter, NVME_PATHS
+        return "deviceFilter", self.device_filter, ("nvme0n1", "nvme1n1", "nvme0n1p1")
 
 
 class CleanupPolicySettings(Section):
@@ -185,9 +204,10 @@ class RookCephSettings(Section):
             found.append(
                 Problem("minSize", expected, self.min_size, "pools with minSize above size never accept writes")
             )
-        if not self.storage.nodes and not self.storage.device_filter:
-            hint = "useAllDevices is always false, so without either Ceph creates no OSDs"
-            found.append(Problem("storage", "expected a deviceFilter or a per-node device list", None, hint))
+        if not (self.storage.nodes or self.storage.device_filter or self.storage.device_path_filter):
+            hint = "useAllDevices is always false, so without one Ceph creates no OSDs"
+            expected = "expected a deviceFilter, a devicePathFilter or a per-node device list"
+            found.append(Problem("storage", expected, None, hint))
         return found
 
     def checkpoint_devices_apart(self) -> bool:
@@ -288,6 +308,8 @@ def cluster_spec(s: RookCephSettings) -> dict[str, Any]:
     storage: dict[str, Any] = {"useAllDevices": False, "useAllNodes": not s.storage.nodes}
     if s.storage.nodes:
         storage["nodes"] = [{"name": n.name, "devices": [device_spec(d) for d in n.devices]} for n in s.storage.nodes]
+    elif s.storage.device_path_filter:
+        storage["devicePathFilter"] = s.storage.device_path_filter
     else:
         storage["deviceFilter"] = s.storage.device_filter
     cleanup = s.cleanup_policy

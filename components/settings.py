@@ -42,7 +42,6 @@ PROJECT = "ai-storage-platform"
 # The profiles sit beside the package when installed (ai_storage_platform/stacks), at the top of a checkout.
 _HERE = Path(__file__).resolve().parent
 STACKS_DIR = _HERE / "stacks" if (_HERE / "stacks").is_dir() else _HERE.parent / "stacks"
-NVME_DEVICES = ("nvme0n1", "nvme1n1", "nvme0n1p1")  # a Ceph filter must miss them while TopoLVM owns the NVMe
 
 
 class ClusterSettings(Section):
@@ -173,13 +172,13 @@ class PlatformSettings(Section):
         shared = ceph.shared_devices_problem() if self.cluster.protect_stateful_resources else None
         if shared and self.tiers.checkpoint == "cephfs":
             found.append(shared)
-        pattern = ceph.storage.device_filter
-        on_nvme = pattern and any(re.search(pattern, d) for d in NVME_DEVICES)
+        key, pattern, devices = ceph.storage.filter_in_effect()
+        on_nvme = pattern and any(re.search(pattern, d) for d in devices)
         apart = ceph.storage.osd_node_selector and ceph.storage.osd_node_selector != self.local_nvme.node_selector
         if ceph.enabled and self.local_nvme.enabled and on_nvme and not ceph.storage.nodes and not apart:
             found.append(
                 Problem(
-                    "rookCeph.storage.deviceFilter",
+                    f"rookCeph.storage.{key}",
                     "expected a filter that matches no NVMe device while localNvme is enabled",
                     pattern,
                     "Ceph would claim the NVMe disks meant for TopoLVM; list the disks in rookCeph.storage.nodes, "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 
@@ -208,10 +210,41 @@ def test_a_device_filter_that_reaches_nvme_is_rejected_while_topolvm_is_on():
     assert settings.rook_ceph.storage.device_filter == "^nvme"
 
 
+INSTANCE_STORE = "^/dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_"
+
+
+def test_a_device_path_filter_selects_nitro_instance_store_disks_and_replaces_the_name_filter(build):
+    """On Nitro every disk (EBS included) is nvme*: only a path filter tells instance store from EBS. Rook ignores a
+    path filter beside a name filter, so the CephCluster carries the path filter alone."""
+    settings = RookCephSettings.model_validate({"storage": {"devicePathFilter": INSTANCE_STORE}})
+    result, _ = build(lambda: rook(settings))
+    (cluster,) = crs(result, "CephCluster")
+    assert "deviceFilter" not in cluster["spec"]["storage"]
+    assert cluster["spec"]["storage"]["devicePathFilter"] == INSTANCE_STORE
+    assert validate_custom_resource(cluster) == []
+    ebs = "/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol0123456789abcdef0"
+    assert re.search(INSTANCE_STORE, "/dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_AWS1A2B3C4D5E6F7")
+    assert not re.search(INSTANCE_STORE, ebs)
+
+
+def test_a_device_path_filter_that_reaches_topolvms_nvme_is_rejected_unless_the_osds_are_apart():
+    with pytest.raises(SettingsError) as caught:
+        load_settings("dev", {"rookCeph": {"storage": {"devicePathFilter": INSTANCE_STORE}}})  # OSDs on every node
+    assert "rookCeph.storage.devicePathFilter: expected a filter that matches no NVMe device" in str(caught.value)
+    apart = {"devicePathFilter": INSTANCE_STORE, "osdNodeSelector": {"ai-storage-platform/ceph-osd": "true"}}
+    settings = load_settings("dev", {"rookCeph": {"storage": apart}})
+    assert settings.rook_ceph.storage.filter_in_effect()[:2] == ("devicePathFilter", INSTANCE_STORE)
+    with pytest.raises(SettingsError) as caught:
+        load_settings("prod", {"rookCeph": {"storage": {"devicePathFilter": "/dev/disk/by-id/(nvme"}}})
+    assert "rookCeph.storage.devicePathFilter: expected a regular expression" in str(caught.value)
+
+
 def test_no_devices_at_all_is_rejected():
     with pytest.raises(SettingsError) as caught:
         load_settings("prod", {"rookCeph": {"storage": {"deviceFilter": None}}})
-    assert "rookCeph.storage: expected a deviceFilter or a per-node device list" in str(caught.value)
+    assert "rookCeph.storage: expected a deviceFilter, a devicePathFilter or a per-node device list" in str(
+        caught.value
+    )
 
 
 def test_bad_regex_and_ceph_rgw_without_rook_are_rejected():
