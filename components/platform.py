@@ -70,6 +70,7 @@ class Platform(pulumi.ComponentResource):
     def __init__(self, name: str, args: PlatformArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ai-storage:platform:Platform", name, None, opts)
         s = args.settings
+        s.sources.use()
         backends = self._node_storage(name, s)
         gateway = self.rook_ceph.rgw if self.rook_ceph else None
         protect = s.cluster.protect_stateful_resources

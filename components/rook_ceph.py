@@ -255,11 +255,11 @@ class RookCeph(pulumi.ComponentResource):
         if s.snapshot_controller == "install":
             opts = pulumi.ResourceOptions(parent=self)
             crds = k8s.kustomize.v2.Directory(
-                f"{self._name}-snapshot-crds", directory=versions.EXTERNAL_SNAPSHOTTER_CRDS, opts=opts
+                f"{self._name}-snapshot-crds", directory=versions.kustomize("snapshotCrds"), opts=opts
             )
             controller = k8s.kustomize.v2.Directory(
                 f"{self._name}-snapshot-controller",
-                directory=versions.EXTERNAL_SNAPSHOTTER_CONTROLLER,
+                directory=versions.kustomize("snapshotController"),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[crds]),
             )
             after = [*after, crds, controller]

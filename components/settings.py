@@ -33,6 +33,7 @@ from .node_storage import NodeStorageSettings
 from .object_store import ObjectStoreSettings
 from .rook_ceph import RookCephSettings
 from .sections import Problem, ResourceRef, Section, SettingsError, merge, validate
+from .sources import SourcesSettings
 from .storage_tiers import TIERS, TiersSettings
 from .tenants import TeamsSettings, team_problems
 from .training import TrainingSettings
@@ -117,6 +118,8 @@ class PlatformSettings(Section):
     """Who may connect to the metadata engine and MinIO."""
     node_storage: NodeStorageSettings = NodeStorageSettings()
     """Tolerations of the storage drivers' node plugins (to reach tainted GPU nodes)."""
+    sources: SourcesSettings = SourcesSettings()
+    """Mirrors of the upstream chart repositories and kustomize directories (air-gapped clusters)."""
 
     def backends(self) -> dict[str, bool]:
         """Which tier backends the stack enables."""
@@ -195,13 +198,9 @@ class PlatformSettings(Section):
                 )
             )
         if self.object_store.backend == "ceph-rgw" and not ceph.enabled:
+            hint = "enable rookCeph (it runs the RGW object store) or pick another backend"
             found.append(
-                Problem(
-                    "objectStore.backend",
-                    "expected minio or s3 when rookCeph is disabled",
-                    "ceph-rgw",
-                    "enable rookCeph (it runs the RGW object store) or pick another backend",
-                )
+                Problem("objectStore.backend", "expected minio or s3 when rookCeph is disabled", "ceph-rgw", hint)
             )
         return found + platform_cache_problems(self) + checkpoint_sizing_problems(self)
 

@@ -103,7 +103,7 @@ def install(name: str, parent: pulumi.Resource, volcano: pulumi.Resource) -> Non
     template, which its Deployment mounts."""
     operator = k8s.kustomize.v2.Directory(
         name,
-        directory=versions.TRAINING_OPERATOR_V1_KUSTOMIZE,
+        directory=versions.kustomize("trainingOperatorV1"),
         opts=pulumi.ResourceOptions(parent=parent, depends_on=[volcano], transforms=[_v1_transform]),
     )
     k8s.core.v1.ConfigMap(

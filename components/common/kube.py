@@ -11,6 +11,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from ..sections import Resources
+from . import versions
 from .versions import ChartPin
 
 PodSecurity = Literal["privileged", "baseline", "restricted"]
@@ -262,6 +263,7 @@ def release(
     """A Helm release of a pinned chart (a helm.v3.Release runs the chart's hooks; helm.v4.Chart skips them).
     ``wait``: the release is done only when its workloads are ready (up to 10 minutes), so resources that depend
     on it never meet a webhook or controller that is not serving yet."""
+    pin = versions.chart(pin)  # the stack's mirror of the chart repository, when it names one
     oci = pin.repo.startswith("oci://")
     options: dict[str, Any] = {"skip_await": False, "timeout": 600} if wait else {}
     return k8s.helm.v3.Release(

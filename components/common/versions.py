@@ -6,7 +6,8 @@ the conformance tests check that. Nothing here may use a floating tag such as ``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -83,3 +84,46 @@ TRAINER_IMAGE_TAG = "v2.3.0"
 PYTHON_IMAGE = "docker.io/library/python:3.13.9-slim"
 # Default trainer image of the ClusterTrainingRuntimes (the one upstream's torch-distributed runtime uses).
 TORCH_RUNTIME_IMAGE = "docker.io/pytorch/pytorch:2.10.0-cuda12.8-cudnn9-runtime"
+
+KUSTOMIZE = {
+    "snapshotCrds": EXTERNAL_SNAPSHOTTER_CRDS,
+    "snapshotController": EXTERNAL_SNAPSHOTTER_CONTROLLER,
+    "trainingOperatorV1": TRAINING_OPERATOR_V1_KUSTOMIZE,
+}
+"""What upstream publishes only as a git tree, by the ``sources.kustomize`` key that points it at a mirror."""
+CHARTS = {
+    pin.chart: pin
+    for pin in (
+        JUICEFS_CSI,
+        ROOK_CEPH,
+        ROOK_CEPH_CLUSTER,
+        CEPH_CSI_DRIVERS,
+        TOPOLVM,
+        CERT_MANAGER,
+        FLUID,
+        VOLCANO,
+        DCGM_EXPORTER,
+        KUBEFLOW_TRAINER,
+    )
+}
+"""Every pinned chart by name (``sources.charts`` keys)."""
+_mirrors: dict[str, str] = {}
+
+
+def use_mirrors(charts: Mapping[str, str], kustomize: Mapping[str, str]) -> None:
+    """The stack's mirrors (``sources``; the Platform sets them before it builds anything): chart name to
+    repository, kustomize key to directory. Unset ones come from upstream."""
+    _mirrors.clear()
+    _mirrors.update({f"chart:{name}": repo for name, repo in charts.items()})
+    _mirrors.update({f"kustomize:{key}": where for key, where in kustomize.items()})
+
+
+def chart(pin: ChartPin) -> ChartPin:
+    """``pin`` at the same version, from the stack's mirror of its repository when it has one."""
+    repo = _mirrors.get(f"chart:{pin.chart}")
+    return replace(pin, repo=repo) if repo else pin
+
+
+def kustomize(key: str) -> str:
+    """The kustomize directory of ``key`` (``KUSTOMIZE``): the stack's mirror, else upstream's at the pinned tag."""
+    return _mirrors.get(f"kustomize:{key}", KUSTOMIZE[key])

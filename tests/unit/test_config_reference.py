@@ -277,6 +277,20 @@ THRESHOLDS = "monitoring.rules.thresholds"
 CROSS_FIELD: list[tuple[str, str, dict[str, Any], str, str]] = [
     # (section whose rule it is, loader, {key: value}, the key the error names, its expectation)
     (
+        "KustomizeSources",
+        "platform",
+        {"sources.kustomize.snapshotCrds": "https://github.com/kubernetes-csi/external-snapshotter/tree/master/x"},
+        "sources.kustomize.snapshotCrds",
+        "expected a URL at a tag or commit",
+    ),
+    (
+        "SourcesSettings",
+        "platform",
+        {"sources.charts": {"rook": "https://mirror.example/charts"}},
+        "sources.charts.rook",
+        "expected one of the pinned charts",
+    ),
+    (
         "ElastiCacheSettings",
         "platform",
         {"metadata.elasticache.memoryWarningPercent": 90, "metadata.elasticache.memoryCriticalPercent": 80},
