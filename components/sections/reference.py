@@ -59,7 +59,45 @@ def reference(model: type[BaseModel], *sections: tuple[str, str, type[BaseModel]
     ]
     for title, intro, extra in sections:
         lines += ["", f"## {title}", "", intro, "", *_key_table(extra)]
+    lines += [
+        "",
+        "## Items of lists and mappings",
+        "",
+        "The keys of each entry of a key typed `list[X]` or `dict[str, X]` above (the type names are these headings).",
+    ]
+    for item, where in _item_models([model, *(extra for _, _, extra in sections)]).items():
+        used = ", ".join(f"`{key}`" for key in where)
+        lines += ["", f"### {item.__name__}", "", f"An entry of {used}. {_doc(item)}", "", *_key_table(item)]
     return "\n".join(lines) + "\n"
+
+
+def _doc(model: type[BaseModel]) -> str:
+    return " ".join((model.__doc__ or "").split())
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The settings models inside a list, mapping, union or annotated type (not the annotation itself)."""
+    found = []
+    for arg in get_args(annotation):
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            found.append(arg)
+        else:
+            found += _models_in(arg)
+    return found
+
+
+def _item_models(models: list[type[BaseModel]]) -> dict[type[BaseModel], list[str]]:
+    """Each model that is an entry of a list or mapping somewhere in ``models`` (entries of entries too), with
+    the keys where it is one, in the order first met."""
+    found: dict[type[BaseModel], list[str]] = {}
+    queue = [(model, "") for model in models]
+    while queue:
+        model, prefix = queue.pop(0)
+        for key, info, _ in leaf_keys(model, prefix):
+            for item in _models_in(info.annotation):
+                found.setdefault(item, []).append(key)
+                queue.append((item, f"{key}[]."))
+    return found
 
 
 def _key_table(model: type[BaseModel]) -> list[str]:
@@ -69,7 +107,9 @@ def _key_table(model: type[BaseModel]) -> list[str]:
             default = default.model_dump(by_alias=True)
         elif isinstance(default, list):
             default = [d.model_dump(by_alias=True) if isinstance(d, BaseModel) else d for d in default]
-        text = json.dumps(default, default=str).replace("|", "\\|")
+        elif isinstance(default, dict):
+            default = {k: v.model_dump(by_alias=True) if isinstance(v, BaseModel) else v for k, v in default.items()}
+        text = "required" if info.is_required() else json.dumps(default, default=str).replace("|", "\\|")
         about = " ".join((info.description or "").split())
         lines.append(f"| `{key}` | {_type_text(info.annotation)} | `{text}` | {about} |")
     return lines

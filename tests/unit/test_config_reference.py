@@ -524,3 +524,18 @@ def test_every_type_in_the_reference_reads_as_a_type():
     for row in rows:
         assert re.fullmatch(rf"({word}|one of [\w., -]+)( or {word})*", row[1]), row[:2]
         assert not set("$'()+") & set(row[1]), row[:2]
+
+
+def test_entries_of_lists_have_their_own_tables():
+    """A key typed ``list[CephNode]`` once had no table of a CephNode's keys, and the team entry's `artifacts` and
+    `artifactReaders` were nowhere."""
+    page = (ROOT / "docs" / "config.md").read_text()
+    items = page.split("## Items of lists and mappings", 1)[1]
+    ceph_node = items.split("### CephNode", 1)[1].split("###", 1)[0]
+    assert (
+        "An entry of `rookCeph.storage.nodes`" in ceph_node
+        and "| `devices` | list[CephDevice] | `required` |" in ceph_node
+    )
+    team = items.split("### TeamNamespace", 1)[1].split("###", 1)[0]
+    assert "| `artifacts` | bool | `true` |" in team and "| `artifactReaders` | list[str] | `[]` |" in team
+    assert "PydanticUndefined" not in page
