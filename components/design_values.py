@@ -32,7 +32,8 @@ class DesignValue:
 
 @dataclass(frozen=True)
 class Decision:
-    """A stack's value where it differs from the design: why, and measured how."""
+    """A stack's value where it differs from the design: why, and measured how. ``stacks``: the profiles that take
+    it (a stack of the profile inherits the decision, as it inherits the value)."""
 
     key: str
     stacks: tuple[str, ...]
@@ -212,13 +213,16 @@ DECISIONS: list[Decision] = [
 """Every difference the stacks make from ``DESIGN``, decided."""
 
 
-def differences(stack: str, settings: Any) -> list[tuple[DesignValue, Any, Decision | None]]:
-    """Where ``stack``'s settings differ from the design: (the design's value, the stack's, its decision or None)."""
+def differences(settings: Any) -> list[tuple[DesignValue, Any, Decision | None]]:
+    """Where a stack's settings differ from the design: (the design's value, the stack's, its decision or None)."""
     found = []
+    profile = settings.profile
     for value in DESIGN:
         actual = value.read(settings)
         if actual == value.design:
             continue
-        decision = next((d for d in DECISIONS if d.key == value.key and stack in d.stacks and d.value == actual), None)
+        decision = next(
+            (d for d in DECISIONS if d.key == value.key and profile in d.stacks and d.value == actual), None
+        )
         found.append((value, actual, decision))
     return found

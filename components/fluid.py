@@ -46,11 +46,15 @@ class FluidSettings(Section):
     """Replicas of the dataset controller, the webhook and the application controller, and resources of those and
     of the runtime controllers (Fluid runs one of each runtime controller: see docs/components/fluid.md)."""
 
+    def enabled_datasets(self) -> list[DatasetSettings]:
+        """The datasets the stack creates (none while Fluid is off)."""
+        return self.datasets if self.enabled else []
+
     def problems(self) -> list[Problem]:
         """A dataset name is unique in its namespace (it names the Dataset, the runtime and the claim)."""
         seen: set[tuple[str, str]] = set()
         found = []
-        for i, d in enumerate(self.datasets if self.enabled else []):
+        for i, d in enumerate(self.enabled_datasets()):
             if (d.namespace, d.name) in seen:
                 found.append(
                     Problem(f"datasets[{i}].name", "expected a name unique in its namespace", d.name, "rename it")

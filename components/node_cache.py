@@ -131,7 +131,15 @@ def node_cache(
     tolerations: list[Any],
     parent: pulumi.Resource,
 ) -> k8s.apps.v1.DaemonSet:
-    """The preparation's DaemonSet in TopoLVM's (privileged) namespace."""
+    """The preparation's DaemonSet in TopoLVM's (privileged) namespace, and a NetworkPolicy that isolates its pods
+    (they need no traffic: the host's lvm and mount, then a pause container)."""
+    isolated = {"podSelector": {"matchLabels": kube.labels("node-cache", "preparation")}}
+    k8s.networking.v1.NetworkPolicy(
+        f"{name}-node-cache-isolated",
+        metadata={"name": "node-cache", "namespace": namespace, "labels": kube.labels("node-cache", "isolation")},
+        spec={**isolated, "policyTypes": ["Ingress", "Egress"]},
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
     metadata = {
         "name": "node-cache",
         "namespace": namespace,
@@ -192,6 +200,6 @@ def platform_cache_problems(s: Any) -> list[Problem]:
     nvme = s.local_nvme
     home = nvme.cache_volume if nvme.enabled and nvme.cache_volume.enabled else None
     juicefs = s.juicefs.cache if s.juicefs.enabled and s.tiers.cold != "none" else None
-    datasets = s.fluid.datasets if s.fluid.enabled else []
+    datasets = s.fluid.enabled_datasets()
     levels = [(f"fluid.datasets[{i}].cache[{j}]", c) for i, d in enumerate(datasets) for j, c in enumerate(d.cache)]
     return cache_home_problems(home, juicefs, levels)

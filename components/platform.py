@@ -165,7 +165,7 @@ class Platform(pulumi.ComponentResource):
             juicefs,
             self.volcano.release if self.volcano else None,
             self.fluid,
-            s.fluid.datasets if s.fluid.enabled else (),
+            s.fluid.enabled_datasets(),
             s.cluster.protect_stateful_resources,
         )
         return Teams(f"{name}-teams", teams, pulumi.ResourceOptions(parent=self))
@@ -206,7 +206,7 @@ class Platform(pulumi.ComponentResource):
             minio_namespace=s.object_store.namespace if s.object_store.backend == "minio" else None,
             volcano_namespace=s.volcano.namespace if s.volcano.enabled else None,
             fluid_namespace=s.fluid.namespace if s.fluid.enabled else None,
-            dataset_namespaces=[d.namespace for d in s.fluid.datasets] if s.fluid.enabled else [],
+            dataset_namespaces=[d.namespace for d in s.fluid.enabled_datasets()],
             ceph=s.rook_ceph.enabled,
             acceptance_namespace=s.acceptance.namespace if s.acceptance.enabled else None,
             after=parts,
@@ -221,7 +221,7 @@ class Platform(pulumi.ComponentResource):
         claim_class_policy(name, classes, s.fluid.namespace if s.fluid.enabled else None, self)
         if not s.network_policies.enabled:
             return
-        datasets = s.fluid.datasets if s.fluid.enabled else []
+        datasets = s.fluid.enabled_datasets()
         juicefs = [s.juicefs.namespace] if s.juicefs.enabled else []
         juicefs += [d.namespace for d in datasets if d.runtime == "juicefs"]
         bucket = [d.namespace for d in datasets]

@@ -61,17 +61,14 @@ class ClusterSettings(Section):
 
     def problems(self) -> list[Problem]:
         """Kubernetes 1.30 or later: team namespaces rely on a ValidatingAdmissionPolicy (GA in 1.30)."""
-        if int(self.kubernetes_version.split(".")[1]) < 30:
-            return [
-                Problem(
-                    "kubernetesVersion",
-                    "expected 1.30 or later",
-                    self.kubernetes_version,
-                    "the platform refuses claims outside the storage tiers in team namespaces with a "
-                    "ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in 1.30); upgrade the cluster",
-                )
-            ]
-        return []
+        hint = (
+            "the platform refuses claims outside the storage tiers in team namespaces with a "
+            "ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in 1.30); upgrade the cluster"
+        )
+        too_old = int(self.kubernetes_version.split(".")[1]) < 30
+        return (
+            [Problem("kubernetesVersion", "expected 1.30 or later", self.kubernetes_version, hint)] if too_old else []
+        )
 
 
 class CheckpointSettings(CheckpointProtection):
@@ -137,7 +134,7 @@ class PlatformSettings(Section):
                 self.teams,
                 [q.name for q in self.volcano.queues],
                 self.juicefs.enabled and self.tiers.cold != "none",
-                self.fluid.datasets if self.fluid.enabled else None,
+                self.fluid.enabled_datasets() if self.fluid.enabled else None,
             ),
         ]
 
@@ -188,12 +185,16 @@ class PlatformSettings(Section):
                     "or keep the OSDs on storage nodes of their own (rookCeph.storage.osdNodeSelector)",
                 )
             )
-        if self.object_store.s3.oidc_provider_arn and self.object_store.backend == "s3" and self.fluid.datasets:
+        if (
+            self.object_store.s3.oidc_provider_arn
+            and self.object_store.backend == "s3"
+            and self.fluid.enabled_datasets()
+        ):
             found.append(
                 Problem(
                     "fluid.datasets",
                     "expected no Fluid datasets with objectStore.s3.oidcProviderArn",
-                    len(self.fluid.datasets),
+                    len(self.fluid.enabled_datasets()),
                     "Fluid 1.0.8 runtimes name no ServiceAccount, so their pods would reach the bucket with no role",
                 )
             )
@@ -252,10 +253,10 @@ class PlatformSettings(Section):
                 d.runtime,
                 "enable juicefs or use runtime 'alluxio' over the object store",
             )
-            for i, d in enumerate(self.fluid.datasets if self.fluid.enabled else [])
+            for i, d in enumerate(self.fluid.enabled_datasets())
             if d.runtime == "juicefs" and not self.juicefs.enabled
         ]
-        return found + runtime_claim_problems(self.training, self.fluid.datasets if self.fluid.enabled else [])
+        return found + runtime_claim_problems(self.training, self.fluid.enabled_datasets())
 
     def _namespace_problems(self) -> list[Problem]:
         found = []

@@ -37,6 +37,18 @@ def stack_file(tmp: Path, stack: str, overrides: dict[str, Any], root: Path = re
     return path
 
 
+def stack_settings(stack: str, overrides: dict[str, Any] | None = None) -> Any:
+    """The settings of a stack as its program loads them: ``Pulumi.<stack>.yaml`` over its profile (S3's region
+    from ``aws:region``), ``overrides`` on top."""
+    from components.backends.object_stores.s3 import with_provider_region
+    from components.sections import merge
+    from components.settings import PROJECT, decode, load_settings
+
+    config, _ = render.stack_file_config(render.ROOT / f"Pulumi.{stack}.yaml")
+    ours = {k.removeprefix(f"{PROJECT}:"): decode(v) for k, v in config.items() if k.startswith(f"{PROJECT}:")}
+    return load_settings(stack, merge(with_provider_region(ours, config.get("aws:region")), overrides or {}))
+
+
 @pytest.fixture
 def render_stack(tmp_path: Path) -> Render:
     """``render_stack("dev", objectStore={"backend": "s3"})`` -> (Rendering, RecordingMonitor)."""

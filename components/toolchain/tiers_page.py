@@ -86,7 +86,7 @@ def _design(settings: dict[str, PlatformSettings]) -> list[str]:
         "|---|---|---|---|---|---|",
     ]
     for stack, stack_settings in settings.items():
-        for value, actual, decision in differences(stack, stack_settings):
+        for value, actual, decision in differences(stack_settings):
             why, measured = (decision.why, decision.measured) if decision else ("UNDECIDED", "")
             lines.append(f"| `{stack}` | `{value.key}` | {value.design} | {actual} | {why} | {measured} |")
     return [*lines, ""]

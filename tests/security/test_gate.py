@@ -10,7 +10,7 @@ import yaml
 
 from components.common import versions
 from components.toolchain import render
-from tests.conftest import STACKS
+from tests.conftest import STACKS, stack_settings
 from tests.security import checks
 from tests.security.conftest import cli_render
 
@@ -68,10 +68,18 @@ def test_no_generated_secret_reaches_the_output(stack, renders):
     assert checks.plaintext_problems({**texts, "stdout": result.stdout}, values) == []
 
 
+def on_backend(stack: str, backend: str, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Overrides that put ``stack`` on ``backend``; off S3, a stack on ElastiCache runs Sentinel in the cluster."""
+    metadata = dict(metadata or {})
+    if backend != "s3" and stack_settings(stack).metadata.engine == "elasticache":
+        metadata["engine"] = "sentinel"
+    return {"objectStore": {"backend": backend}, **({"metadata": metadata} if metadata else {})}
+
+
 @pytest.mark.parametrize("backend", ["minio", "s3"])
 @pytest.mark.parametrize("stack", STACKS)
 def test_no_generated_secret_reaches_the_output_with_either_object_store(stack, backend, render_stack):
-    result, monitor = render_stack(stack, objectStore={"backend": backend})
+    result, monitor = render_stack(stack, **on_backend(stack, backend))
     texts = {name: json.dumps(getattr(result, name)) for name in ("plan", "manifests", "charts", "outputs")}
     values = checks.mock_secret_values(monitor.registrations)
     assert checks.plaintext_problems({**texts, "summary": render.summary(result)}, values) == []
@@ -108,9 +116,8 @@ def test_stateful_resources_follow_the_protect_setting(stack, protect, backend, 
     _, monitor = render_stack(
         stack,
         cluster={"protectStatefulResources": protect},
-        objectStore={"backend": backend},
-        metadata={"acceptNodeLossRisk": True},
         rookCeph={"checkpoint": {"shareWarmDevices": True}},
+        **on_backend(stack, backend, {"acceptNodeLossRisk": True}),
     )
     assert any(checks.is_stateful(r) for r in monitor.registrations)
     assert checks.protection_problems(monitor.registrations, protect) == []

@@ -15,6 +15,7 @@ import pytest
 from components.toolchain import render
 from components.toolchain.cli import main, parser
 from components.toolchain.render import ROOT
+from tests.conftest import STACKS
 
 
 @pytest.fixture
@@ -46,7 +47,7 @@ def render_folder(tmp_path: Path) -> str:
 
 BAD: list[tuple[str, str, Callable[[dict[str, str]], list[str]], str]] = [
     # (subcommand, argument, argv from the bad paths, what the refusal must say)
-    ("render", "--stack", lambda p: ["render", "--stack", "no-such-stack"], "expected one of dev, prod, staging"),
+    ("render", "--stack", lambda p: ["render", "--stack", "no-such-stack"], f"expected one of {', '.join(STACKS)}"),
     ("render", "--out", lambda p: ["render", "--stack", "dev", "--out", p["file"]], "expected a directory"),
     ("render", "--out", lambda p: ["render", "--stack", "dev", "--out", p["in-missing"]], "in an existing directory"),
     ("render", "--config-file", lambda p: ["render", "--stack", "dev", "--config-file", p["missing"]], "a YAML file"),

@@ -7,14 +7,14 @@ import pytest
 
 from components.design_values import DECISIONS, DESIGN, differences
 from components.settings import load_settings
-from tests.conftest import STACKS
+from tests.conftest import STACKS, stack_settings
 
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_difference_from_the_design_is_decided(stack):
     undecided = [
         f"{value.key}: the design says {value.design!r} ({value.source}), {stack} has {actual!r}"
-        for value, actual, decision in differences(stack, load_settings(stack, {}))
+        for value, actual, decision in differences(stack_settings(stack))
         if decision is None
     ]
     assert undecided == [], "record each in components/design_values.py DECISIONS (why, measured how):\n" + "\n".join(
@@ -26,20 +26,17 @@ def test_a_value_changed_without_its_record_is_undecided():
     changed = load_settings(
         "prod", {"juicefs": {"cache": {"cacheSizeMib": 2 * 1048576}}, "localNvme": {"cacheVolume": {"sizeGib": 3000}}}
     )
-    (found,) = [(v.key, a) for v, a, d in differences("prod", changed) if d is None]
+    (found,) = [(v.key, a) for v, a, d in differences(changed) if d is None]
     assert found == ("juicefs.cache.cacheSizeMib", 2 * 1048576)
     back = load_settings(
         "prod", {"juicefs": {"cache": {"maxUploads": 40}}}
     )  # the design's own value: nothing to decide
-    assert "juicefs.cache.maxUploads" not in {v.key for v, _, _ in differences("prod", back)}
+    assert "juicefs.cache.maxUploads" not in {v.key for v, _, _ in differences(back)}
 
 
 def test_every_decision_is_used_and_says_why_and_how_it_was_measured():
     used = {
-        (d.key, stack, d.value)
-        for stack in STACKS
-        for _, _, d in differences(stack, load_settings(stack, {}))
-        if d is not None
+        (d.key, stack, d.value) for stack in STACKS for _, _, d in differences(stack_settings(stack)) if d is not None
     }
     for d in DECISIONS:
         assert d.why and d.measured, d.key

@@ -13,9 +13,9 @@ from components.common import versions
 from components.node_cache import CACHE_PATH, LV_NAME
 from components.sections import SettingsError
 from components.settings import load_settings
-from tests.conftest import STACKS, by_name, objects
+from tests.conftest import STACKS, by_name, objects, stack_settings
 
-SIZES = {"dev": 16, "staging": 800, "prod": 1700}
+SIZES = {"dev": 16, "staging": 800, "prod": 1700, "eks-gpu-prod": 1700}
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -32,8 +32,15 @@ def test_every_stack_prepares_the_cache_volume_and_puts_the_caches_on_it(stack, 
     script = prepare["command"][-1]
     assert f"lvm lvcreate -y -n {LV_NAME} -L {SIZES[stack]}g nvme-vg" in script
     assert f"mount /dev/nvme-vg/{LV_NAME} {CACHE_PATH}" in script
+    # Its pods need no traffic, and get none (a NetworkPolicy of their own; checkov's CKV2_K8S_6).
+    policy = by_name(result, "NetworkPolicy", "node-cache")
+    assert policy["metadata"]["namespace"] == "topolvm-system"
+    assert policy["spec"] == {
+        "podSelector": {"matchLabels": daemonset["spec"]["template"]["metadata"]["labels"]},
+        "policyTypes": ["Ingress", "Egress"],
+    }
     # The JuiceFS client caches there (its mount options), Fluid's SSD levels too.
-    settings = load_settings(stack, {})
+    settings = stack_settings(stack)
     assert settings.juicefs.cache.cache_dir == f"{CACHE_PATH}/juicefs"
     for dataset in objects(result, "JuiceFSRuntime") + objects(result, "AlluxioRuntime"):
         for level in dataset["spec"]["tieredstore"]["levels"]:

@@ -12,7 +12,7 @@ from components.quotas import TEAM_LABEL, ContainerDefaults, QuotaSettings, Tier
 from components.sections import SettingsError
 from components.settings import load_settings
 from components.toolchain import render
-from tests.conftest import STACKS, objects
+from tests.conftest import STACKS, objects, stack_settings
 from tests.kube_semantics import admit_container, default_storage_class, selects
 
 
@@ -177,7 +177,7 @@ def test_a_claim_without_a_class_takes_a_tier_default_class_and_is_counted(stack
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_only_fluids_controllers_create_claims_of_fluids_class(stack):
-    fluid = load_settings(stack, {}).fluid
+    fluid = stack_settings(stack).fluid
     controller = f"system:serviceaccount:{fluid.namespace}:juicefsruntime-controller"
     assert admits(stack, claim("fluid", volumeName="team-a-data"), user=controller) is fluid.enabled
     assert not admits(stack, claim("fluid"), user="system:serviceaccount:team-a:default")
@@ -195,7 +195,7 @@ def test_the_policy_denies_in_team_namespaces_only(stack):
     assert (rule["resources"], rule["operations"], rule["apiGroups"]) == (["persistentvolumeclaims"], ["CREATE"], [""])
     team = {"kubernetes.io/metadata.name": "team-a", TEAM_LABEL: "a"}
     assert selects(spec["matchResources"]["namespaceSelector"], team)
-    for platform_namespace in load_settings(stack, {}).namespaces().values():
+    for platform_namespace in stack_settings(stack).namespaces().values():
         assert not selects(
             spec["matchResources"]["namespaceSelector"], {"kubernetes.io/metadata.name": platform_namespace}
         )

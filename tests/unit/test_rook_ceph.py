@@ -14,7 +14,7 @@ from components.rook_ceph import RookCeph, RookCephArgs
 from components.settings import SettingsError, load_settings
 from components.toolchain.cli import main
 from tests.conformance.upstream import UPSTREAM, validate_custom_resource
-from tests.conftest import by_name, objects
+from tests.conftest import by_name, objects, stack_settings
 
 RECOMMENDED = UPSTREAM / "rook-ceph/ceph-csi-drivers/rook-recommended/values.yaml"
 DEFAULTS = RookCephSettings()
@@ -275,7 +275,7 @@ def test_cli_rejects_an_even_mon_count_with_exit_2(tmp_path, capsys):
 
 def test_prod_and_staging_profiles_are_durable_without_any_opt_in():
     for stack in ("prod", "staging"):
-        ceph = load_settings(stack, {}).rook_ceph
+        ceph = stack_settings(stack).rook_ceph
         assert (ceph.replica_size, ceph.min_size, ceph.failure_domain, ceph.mon_count) == (3, 2, "host", 3)
         assert not (ceph.accept_data_loss_risk or ceph.allow_even_mon_count or ceph.accept_data_destruction_on_delete)
 

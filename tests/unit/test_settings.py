@@ -9,9 +9,10 @@ import pytest
 import yaml
 
 from components.sections import SettingsError, leaf_keys, validate
-from components.settings import PROJECT, PlatformSettings, decode, load_profile, load_settings, profiles
+from components.settings import PlatformSettings, load_profile, load_settings, profiles
 from components.toolchain.cli import main
-from components.toolchain.render import ROOT, stack_file_config
+from components.toolchain.render import ROOT
+from tests.conftest import STACKS, stack_settings
 
 BAD_VALUES = [
     # (config overrides, key path in the message, expectation text)
@@ -148,17 +149,18 @@ def test_cli_error_has_no_traceback(tmp_path):
 def test_unknown_stack_is_rejected(capsys):
     with pytest.raises(SystemExit) as exited:
         main(["render", "--stack", "nope"])
-    assert exited.value.code == 2 and "argument --stack: expected one of dev, prod, staging" in capsys.readouterr().err
+    assert (
+        exited.value.code == 2 and f"argument --stack: expected one of {', '.join(STACKS)}" in capsys.readouterr().err
+    )
 
 
-STACKS = ("dev", "staging", "prod")
+PROFILES = ("dev", "staging", "prod")
+"""The README's table compares the profiles' stacks (other stacks start from one of them)."""
 
 
 def stack_values(stack: str) -> dict[str, object]:
     """Every leaf setting of a stack as its files give it, by camelCase key path."""
-    config, _ = stack_file_config(ROOT / f"Pulumi.{stack}.yaml")
-    ours = {k.split(":", 1)[1]: decode(v) for k, v in config.items() if k.startswith(f"{PROJECT}:")}
-    return {key: value for key, _, value in leaf_keys(PlatformSettings, defaults=load_settings(stack, ours))}
+    return {key: value for key, _, value in leaf_keys(PlatformSettings, defaults=stack_settings(stack))}
 
 
 def cell(value: object) -> str:
@@ -177,22 +179,22 @@ def readme_environment_rows() -> dict[str, list[str]]:
         if not line.startswith("| `"):
             continue
         key, *cells, why = [c.strip() for c in line.strip("|").split(" | ")]
-        assert len(cells) == len(STACKS) and why, line
+        assert len(cells) == len(PROFILES) and why, line
         rows[key.strip("`")] = cells
     return rows
 
 
 def test_readme_environment_table_matches_the_stack_files():
     rows = readme_environment_rows()
-    values = {stack: stack_values(stack) for stack in STACKS}
+    values = {stack: stack_values(stack) for stack in PROFILES}
     for key, cells in rows.items():
         if key.endswith(".*"):
             # A group of keys: the cells point at the profiles that set them.
-            assert cells == [f"[{s}](stacks/{s}.yaml)" for s in STACKS], key
+            assert cells == [f"[{s}](stacks/{s}.yaml)" for s in PROFILES], key
             assert any(k.startswith(key[:-1]) for k in values["dev"]), key
         else:
-            assert cells == [cell(values[s][key]) for s in STACKS], key
-    differing = {k for k in values["dev"] if len({repr(values[s][k]) for s in STACKS}) > 1}
+            assert cells == [cell(values[s][key]) for s in PROFILES], key
+    differing = {k for k in values["dev"] if len({repr(values[s][k]) for s in PROFILES}) > 1}
     groups = tuple(k[:-1] for k in rows if k.endswith(".*"))
     missing = sorted(k for k in differing if k not in rows and not k.startswith(groups))
     assert not missing, f"keys that differ between stacks but are not in the README table: {missing}"

@@ -10,10 +10,9 @@ from components.ceph import RookCephSettings
 from components.juicefs import JuiceFS, JuiceFSArgs, JuiceFSSettings, JuiceFSSource
 from components.local_nvme import LocalNVMe, LocalNVMeArgs, LocalNVMeSettings
 from components.rook_ceph import CephBlock, RookCeph, RookCephArgs
-from components.settings import PROJECT, PlatformSettings, SettingsError, decode, load_settings
+from components.settings import SettingsError, load_settings
 from components.storage_tiers import TIERS, StorageTiers, StorageTiersArgs, TiersSettings, class_name
-from components.toolchain.render import ROOT, stack_file_config
-from tests.conftest import STACKS, by_name, objects
+from tests.conftest import STACKS, by_name, objects, stack_settings
 
 WARM_SECRETS = {
     "csi.storage.k8s.io/provisioner-secret-name": "rook-csi-cephfs-provisioner",
@@ -40,13 +39,6 @@ def every_tier() -> StorageTiers:
         "juicefs": JuiceFS("juicefs", JuiceFSArgs(JuiceFSSettings(), volume, backup)),
     }
     return StorageTiers("tiers", StorageTiersArgs(TiersSettings(), backends))
-
-
-def stack_settings(stack: str) -> PlatformSettings:
-    """The settings of a stack as its files give them (``Pulumi.<stack>.yaml`` over its profile)."""
-    config, _ = stack_file_config(ROOT / f"Pulumi.{stack}.yaml")
-    ours = {k.split(":", 1)[1]: decode(v) for k, v in config.items() if k.startswith(f"{PROJECT}:")}
-    return load_settings(stack, ours)
 
 
 @pytest.mark.parametrize("stack", STACKS)

@@ -20,7 +20,7 @@ from components.training_operator_v1 import (
 )
 from components.volcano import Volcano, VolcanoArgs, VolcanoSettings
 from tests.conformance.upstream import UPSTREAM, validate_kubernetes_object
-from tests.conftest import STACKS, by_name, objects
+from tests.conftest import STACKS, by_name, objects, stack_settings
 
 COLD = {training.DATA_TIER_LABEL: "cold"}
 """The data-tier label of a runtime whose dataset claim is a Fluid dataset's (the default)."""
@@ -178,7 +178,7 @@ def test_operators_must_be_one_or_two_distinct(operators):
 
 def test_every_shipped_profile_runs_both_operators():
     for stack in ("dev", "staging", "prod"):
-        assert load_settings(stack, {}).training.operators == ["trainer-v2", "training-operator-v1"], stack
+        assert stack_settings(stack).training.operators == ["trainer-v2", "training-operator-v1"], stack
 
 
 def test_the_platform_wires_volcano_fluid_affinity_and_the_checkpoint_tier_into_training(render_stack):
