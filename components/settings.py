@@ -10,11 +10,9 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pulumi
-import yaml
 from pydantic import Field
 
 from .acceptance import AcceptanceSettings
@@ -31,6 +29,7 @@ from .network_policies import NetworkPolicySettings
 from .node_cache import platform_cache_problems
 from .node_storage import NodeStorageSettings
 from .object_store import ObjectStoreSettings
+from .profiles import load_profile
 from .rook_ceph import RookCephSettings
 from .sections import Problem, ResourceRef, Section, SettingsError, merge, validate
 from .sources import SourcesSettings
@@ -40,9 +39,6 @@ from .training import TrainingSettings
 from .volcano import VolcanoSettings
 
 PROJECT = "ai-storage-platform"
-# The profiles sit beside the package when installed (ai_storage_platform/stacks), at the top of a checkout.
-_HERE = Path(__file__).resolve().parent
-STACKS_DIR = _HERE / "stacks" if (_HERE / "stacks").is_dir() else _HERE.parent / "stacks"
 
 
 class ClusterSettings(Section):
@@ -82,7 +78,8 @@ class PlatformSettings(Section):
     """Every setting of a stack, by section."""
 
     profile: str = "dev"
-    """Environment profile in `stacks/` the stack starts from (defaults to the stack name)."""
+    """Environment profile the stack starts from: one in `stacks/` (default: the stack name), or the path of a profile
+    file of your own (`*.yaml`, from the project directory; `extends: prod` starts it from a shipped one)."""
     cluster: ClusterSettings = ClusterSettings()
     """Target cluster and protection of stateful resources."""
     object_store: ObjectStoreSettings = ObjectStoreSettings()
@@ -303,23 +300,6 @@ class PlatformSettings(Section):
                 owned["localNvme.certManager"] = self.local_nvme.cert_manager_namespace
         teams = {f"teams.workspaces[{i}]": t.namespace_name for i, t in enumerate(self.teams.workspaces)}
         return {**owned, **self.scheduling_namespaces(), **teams}
-
-
-def profiles() -> list[str]:
-    """The environment profiles shipped in ``stacks/``."""
-    return sorted(p.stem for p in STACKS_DIR.glob("*.yaml"))
-
-
-def load_profile(name: str) -> dict[str, Any]:
-    """The settings a profile starts from; an unknown profile is a settings error."""
-    path = STACKS_DIR / f"{name}.yaml"
-    if not path.is_file():
-        raise SettingsError(
-            [Problem("profile", f"expected one of {', '.join(profiles())}", name, "profiles are the files in stacks/")]
-        )
-    if not isinstance(data := yaml.safe_load(path.read_text()) or {}, dict):
-        raise SettingsError([Problem("profile", "expected a mapping of settings", type(data).__name__, f"fix {path}")])
-    return data
 
 
 def load_settings(stack: str, config: Mapping[str, Any]) -> PlatformSettings:

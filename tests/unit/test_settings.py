@@ -8,8 +8,9 @@ import sys
 import pytest
 import yaml
 
+from components.profiles import load_profile, profiles
 from components.sections import SettingsError, leaf_keys, validate
-from components.settings import PlatformSettings, load_profile, load_settings, profiles
+from components.settings import PlatformSettings, load_settings
 from components.toolchain.cli import main
 from components.toolchain.render import ROOT
 from tests.conftest import STACKS, stack_settings
@@ -75,6 +76,26 @@ def test_layers_apply_in_order_defaults_profile_stack():
     assert settings.metadata.storage_size == "3Gi"  # stack file
     assert settings.object_store.bucket == "ai-datasets-dev"  # profile
     assert settings.metadata.appendfsync == "everysec"  # code default
+
+
+def test_an_organisation_keeps_a_profile_of_its_own_that_extends_a_shipped_one(tmp_path, monkeypatch):
+    """Without forking: a profile file in the project (a path from the project directory), starting from prod and
+    changing only what differs; the stack's own keys still win."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "profiles").mkdir()
+    own = {"extends": "prod", "objectStore": {"bucket": "acme-datasets"}, "juicefs": {"cache": {"bufferSizeMib": 4096}}}
+    (tmp_path / "profiles" / "acme-gpu.yaml").write_text(yaml.safe_dump(own))
+    settings = load_settings("acme", {"profile": "profiles/acme-gpu.yaml", "metadata": {"storageSize": "80Gi"}})
+    assert settings.object_store.bucket == "acme-datasets" and settings.juicefs.cache.buffer_size_mib == 4096  # own
+    assert settings.cluster.protect_stateful_resources is True and settings.object_store.backend == "s3"  # prod's
+    assert settings.metadata.storage_size == "80Gi"  # the stack's
+    (tmp_path / "profiles" / "typo.yaml").write_text(yaml.safe_dump({"extends": "prd"}))
+    with pytest.raises(SettingsError) as caught:
+        load_settings("acme", {"profile": "profiles/typo.yaml"})
+    assert "profile: expected `extends` to name a shipped profile (dev, prod, staging); got 'prd'" in str(caught.value)
+    with pytest.raises(SettingsError) as caught:
+        load_settings("acme", {"profile": "profiles/missing.yaml"})
+    assert "or the path of a profile file of your own (*.yaml)" in str(caught.value)
 
 
 def leaf_paths(data: dict, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
