@@ -16,7 +16,7 @@ import yaml
 from components.common import versions
 from components.toolchain import render
 from tests.conformance.upstream import UPSTREAM
-from tests.conftest import STACKS, objects
+from tests.conftest import STACKS, objects, stack_settings
 from tests.kube_semantics import tolerates
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
@@ -88,7 +88,8 @@ def storage_daemonsets(result: render.Rendering) -> dict[str, list[dict[str, Any
 def test_every_storage_node_plugin_tolerates_the_gpu_taint(stack):
     daemonsets = storage_daemonsets(rendered(stack))
     drivers = {name.split("/")[0] for name in daemonsets}
-    assert drivers == {"juicefs-csi-driver", "topolvm", "ceph-csi-drivers", "fluid"}, drivers
+    fluid = {"fluid"} if stack_settings(stack).fluid.enabled_datasets() else set()  # a FUSE DaemonSet per dataset
+    assert drivers == {"juicefs-csi-driver", "topolvm", "ceph-csi-drivers", *fluid}, drivers
     assert [name for name, tolerations in daemonsets.items() if not tolerates(tolerations, GPU_TAINT)] == []
 
 
