@@ -252,8 +252,8 @@ class Platform(pulumi.ComponentResource):
             shared = self.fluid.namespaces.get(t.workload_namespace) if self.fluid else None
             required = [
                 d.name
-                for d in s.fluid.datasets
-                if s.fluid.enabled and s.fluid.data_affinity == "required" and d.namespace == t.workload_namespace
+                for d in s.fluid.enabled_datasets()
+                if s.fluid.data_affinity == "required" and d.namespace == t.workload_namespace
             ]
             store = self.object_store
             offsite = None

@@ -182,16 +182,13 @@ class PlatformSettings(Section):
                     "or keep the OSDs on storage nodes of their own (rookCeph.storage.osdNodeSelector)",
                 )
             )
-        if (
-            self.object_store.s3.oidc_provider_arn
-            and self.object_store.backend == "s3"
-            and self.fluid.enabled_datasets()
-        ):
+        datasets = self.fluid.enabled_datasets()
+        if self.object_store.s3.oidc_provider_arn and self.object_store.backend == "s3" and datasets:
             found.append(
                 Problem(
                     "fluid.datasets",
                     "expected no Fluid datasets with objectStore.s3.oidcProviderArn",
-                    len(self.fluid.enabled_datasets()),
+                    len(datasets),
                     "Fluid 1.0.8 runtimes name no ServiceAccount, so their pods would reach the bucket with no role",
                 )
             )
@@ -271,7 +268,7 @@ class PlatformSettings(Section):
         owned = {}
         if self.volcano.enabled:
             owned["volcano"] = self.volcano.namespace
-        datasets = {d.namespace for d in self.fluid.datasets} if self.fluid.enabled else set()
+        datasets = {d.namespace for d in self.fluid.enabled_datasets()}
         if self.fluid.enabled:
             owned["fluid"] = self.fluid.namespace
             owned.update({f"fluid.datasets.{ns}": ns for ns in sorted(datasets)})

@@ -107,23 +107,25 @@ CHARTS = {
     )
 }
 """Every pinned chart by name (``sources.charts`` keys)."""
-_mirrors: dict[str, str] = {}
+_chart_mirrors: dict[str, str] = {}
+_kustomize_mirrors: dict[str, str] = {}
 
 
 def use_mirrors(charts: Mapping[str, str], kustomize: Mapping[str, str]) -> None:
     """The stack's mirrors (``sources``; the Platform sets them before it builds anything): chart name to
     repository, kustomize key to directory. Unset ones come from upstream."""
-    _mirrors.clear()
-    _mirrors.update({f"chart:{name}": repo for name, repo in charts.items()})
-    _mirrors.update({f"kustomize:{key}": where for key, where in kustomize.items()})
+    _chart_mirrors.clear()
+    _chart_mirrors.update(charts)
+    _kustomize_mirrors.clear()
+    _kustomize_mirrors.update(kustomize)
 
 
 def chart(pin: ChartPin) -> ChartPin:
     """``pin`` at the same version, from the stack's mirror of its repository when it has one."""
-    repo = _mirrors.get(f"chart:{pin.chart}")
+    repo = _chart_mirrors.get(pin.chart)
     return replace(pin, repo=repo) if repo else pin
 
 
 def kustomize(key: str) -> str:
     """The kustomize directory of ``key`` (``KUSTOMIZE``): the stack's mirror, else upstream's at the pinned tag."""
-    return _mirrors.get(f"kustomize:{key}", KUSTOMIZE[key])
+    return _kustomize_mirrors.get(key, KUSTOMIZE[key])
