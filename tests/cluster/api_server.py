@@ -1,6 +1,7 @@
 """A real Kubernetes v1.33 API server for tests: ``../shared/tools/kubernetes/kube-up`` (kube-apiserver with RBAC,
-Pod Security admission, CRD structural schemas and CEL, ValidatingAdmissionPolicies; etcd from Debian), and a small
-REST client that applies objects by server-side apply, dry run or for real, and returns what the server said.
+Pod Security admission, CRD structural schemas and CEL, ValidatingAdmissionPolicies; etcd from Debian) where the
+machine provides kube-apiserver (``KUBE_UP_BIN`` or PATH; none is shipped), and a small REST client that applies
+objects by server-side apply, dry run or for real, and returns what the server said.
 
 Each object is one request (``PATCH`` with ``application/apply-patch+yaml``), so a refusal and every ``Warning``
 header belong to the object that caused them. The resource path of a kind comes from the server's discovery.
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import ssl
 import subprocess
 import time
@@ -24,22 +24,14 @@ from typing import Any
 
 import yaml
 
-from tests.conformance.upstream import SHARED, UPSTREAM
+from tests.conformance.upstream import SHARED
 
 TOOLS = SHARED / "tools" / "kubernetes"
 FIELD_MANAGER = "ai-storage-platform-tests"
 
 
-def missing() -> str | None:
-    """Why no API server can start here, or None."""
-    if not (TOOLS / "kube-up").exists():
-        return f"kube-up not found in {TOOLS}"
-    for tool in ("kubectl", "openssl", "curl"):
-        if shutil.which(tool) is None:
-            return f"{tool} not on PATH (kube-up needs it)"
-    if shutil.which("etcd") is None and os.geteuid() != 0:
-        return "etcd not on PATH and not root to install etcd-server"
-    return None
+class NoControlPlaneError(Exception):
+    """kube-up could not start one here (exit 3: no kube-apiserver provided; 2: a tool it needs is missing)."""
 
 
 @dataclass
@@ -71,14 +63,22 @@ class ApiServer:
         self._resources: dict[tuple[str, str], tuple[str, bool]] = {}
 
     def start(self) -> ApiServer:
+        """Start kube-up; NoControlPlaneError with kube-up's own line when this machine provides no control plane."""
         env = {**os.environ, "KUBE_UP_CONTROLLERS": "1" if self.controllers else "0"}
-        subprocess.run(
+        if not (TOOLS / "kube-up").exists():
+            raise NoControlPlaneError(f"kube-up not found in {TOOLS}")
+        done = subprocess.run(
             [str(TOOLS / "kube-up"), str(self.directory), *self.flags],
-            check=True,
             env=env,
             capture_output=True,
+            text=True,
             timeout=300,
         )
+        if done.returncode in (2, 3):
+            raise NoControlPlaneError(
+                done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
+            )
+        done.check_returncode()
         config = yaml.safe_load((self.directory / "kubeconfig").read_text())
         cluster, user = config["clusters"][0]["cluster"], config["users"][0]["user"]
         self.server, self.token = cluster["server"], user["token"]
@@ -152,28 +152,3 @@ class ApiServer:
         outcome = self.request("POST", path, json.dumps(obj).encode())
         outcome.label = label(obj)
         return outcome
-
-
-def documents(path: Path) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict) and d.get("kind")]
-
-
-def upstream_crds() -> list[dict[str, Any]]:
-    """Every plain CRD under the shared upstream folder (Helm templates skipped), once per name."""
-    crds: dict[str, dict[str, Any]] = {}
-    for path in sorted(UPSTREAM.rglob("*.yaml")):
-        text = path.read_text()
-        if "CustomResourceDefinition" not in text or "{{" in text:
-            continue
-        for doc in yaml.safe_load_all(text):
-            if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
-                crds.setdefault(doc["metadata"]["name"], doc)
-    return list(crds.values())
-
-
-def volcano_validating_policies() -> list[dict[str, Any]]:
-    """Volcano's own ValidatingAdmissionPolicies and their bindings (its chart's ``custom.vap_enable``)."""
-    found = []
-    for path in sorted((UPSTREAM / "volcano" / "policy").glob("*-validating.yaml")):
-        found += documents(path)
-    return found

@@ -1,63 +1,31 @@
-"""Every platform stack and every team stack applied to a real kube-apiserver v1.33.13 (server-side apply, dry
-run) after the pinned CRDs and Volcano's own ValidatingAdmissionPolicies: 0 objects rejected, 0 warnings. The
-pods each operator would build from a team's job (``operators``) are created (dry run) in the team's namespace
-under its Pod Security level: 0 rejected. Multi-node jobs: every pod's environment, run through torchrun's own
-argument parsing, meets at one endpoint with distinct ranks."""
+"""Every platform stack and every team stack applied to a real kube-apiserver v1.33 (server-side apply, dry run)
+after the pinned CRDs and Volcano's own ValidatingAdmissionPolicies: 0 objects rejected, 0 warnings. The pods each
+operator would build from a team's job (``tests.operators``) are created (dry run) in the team's namespace under its
+Pod Security level: 0 rejected. Runs only where a kube-apiserver is provided (``KUBE_UP_BIN``); the same admission
+rules are checked on every machine by ``tests/admission``."""
 
 from __future__ import annotations
 
-import functools
-import os
 from collections.abc import Iterator
 from typing import Any
-from unittest import mock
 
 import pytest
 import yaml
 
-from components.common import versions
 from components.toolchain import render
 from components.training_operator_v1 import V1_CONFIG
-from tests.cluster import operators
+from tests.admission.stacks import (
+    PRIVILEGED_BY_DESIGN,
+    TEAM_STACKS,
+    UPSTREAM_INIT_TEMPLATE,
+    everything,
+    platform,
+    pods_of,
+    team,
+    the_job,
+)
 from tests.cluster.api_server import ApiServer, Outcome
-from tests.conftest import STACKS, TEAM_EXAMPLE, by_name, objects
-
-TEAM_STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in TEAM_EXAMPLE.glob("Pulumi.*.yaml"))
-UPSTREAM_INIT_TEMPLATE = """
-- name: init-pytorch
-  image: {{.InitContainerImage}}
-  imagePullPolicy: IfNotPresent
-  resources:
-    limits:
-      cpu: 100m
-      memory: 20Mi
-    requests:
-      cpu: 50m
-      memory: 10Mi
-  command: ['sh', '-c', 'err=1;for i in $(seq {{.MaxTries}}); do if nslookup {{.MasterAddr}}; then err=0 && break; \
-fi;echo waiting for master; sleep 2; done; exit $err']"""
-"""``initContainerTemplate`` of pkg/controller.v1/pytorch/initcontainer.go at kubeflow/trainer v1.9.4: what the
-operator uses when no template file is mounted."""
-
-
-def everything(result: render.Rendering) -> list[dict[str, Any]]:
-    return [obj for objs in result.manifests.values() for obj in objs]
-
-
-@functools.cache
-def platform(stack: str) -> render.Rendering:
-    return render.rendering(stack, render.run(stack))
-
-
-def team(stack: str) -> render.Rendering:
-    return render.rendering(stack, render.run(stack, TEAM_EXAMPLE / f"Pulumi.{stack}.yaml", TEAM_EXAMPLE))
-
-
-PRIVILEGED_BY_DESIGN = {
-    "DaemonSet topolvm-system/node-cache": "the node cache volume's preparation runs the host's lvm, mkfs and mount "
-    "(components/node_cache.py); its namespace enforces privileged and warns at restricted so such pods show up",
-}
-"""Objects whose only warning may be Pod Security's `restricted` warn level, with why."""
+from tests.conftest import STACKS, by_name
 
 
 def refused(outcomes: list[Outcome]) -> list[str]:
@@ -113,24 +81,6 @@ def test_every_object_of_every_team_stack_is_accepted_without_a_warning(cluster,
     assert refused(cluster.apply_all(objects)) == []
 
 
-def the_job(result: render.Rendering) -> dict[str, Any]:
-    (job,) = [o for o in everything(result) if o["kind"] in ("TrainJob", "PyTorchJob", "TFJob", "Job")]
-    return job
-
-
-def pods_of(job: dict[str, Any], platform_result: render.Rendering, init_template: str | None = None) -> list[dict]:
-    """The pods the job's operator builds (``operators``) on the dev platform."""
-    if job["kind"] == "TrainJob":
-        runtime = by_name(platform_result, "ClusterTrainingRuntime", job["spec"]["runtimeRef"]["name"])
-        return operators.trainer_pods(job, runtime)
-    if job["kind"] in ("PyTorchJob", "TFJob"):
-        if init_template is None:
-            config = by_name(platform_result, "ConfigMap", V1_CONFIG)
-            init_template = config["data"]["initContainer.yaml"]
-        return operators.v1_pods(job, init_template, versions.TRAINING_OPERATOR_V1_INIT_IMAGE)
-    return operators.volcano_pods(job)
-
-
 @pytest.mark.parametrize("stack", TEAM_STACKS)
 def test_every_pod_an_operator_builds_from_a_team_job_is_admitted_under_the_namespaces_pod_security(
     cluster, dev_platform, stack
@@ -154,22 +104,6 @@ def test_the_upstream_init_container_template_would_be_refused_in_a_team_namespa
     assert all(
         o.status == 403 and "violates PodSecurity" in o.message and "init-pytorch" in o.message for o in outcomes
     )
-
-
-def test_a_trainjob_patch_that_sets_env_on_the_node_container_is_what_the_trainer_webhook_refuses(dev_platform):
-    from components.job_kinds import trainjob_webhook_errors
-
-    job = the_job(team("dev"))
-    (runtime,) = objects(dev_platform, "ClusterTrainingRuntime")
-    containers = {
-        j["name"]: {c["name"] for c in j["template"]["spec"]["template"]["spec"].get("initContainers", [])}
-        | {c["name"] for c in j["template"]["spec"]["template"]["spec"]["containers"]}
-        for j in runtime["spec"]["template"]["spec"]["replicatedJobs"]
-    }
-    assert trainjob_webhook_errors(job["spec"], containers) == []
-    patched = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
-    patched["template"]["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "A", "value": "1"}]
-    assert trainjob_webhook_errors(job["spec"], containers) == ["runtimePatches: env on the node container"]
 
 
 # ---------------------------------------------------------------- image volumes and the feature gate
@@ -209,51 +143,6 @@ def test_with_the_image_volume_gate_the_api_server_keeps_it(image_volume_cluster
     outcome = image_volume_cluster.create(pod_with_image_volume())
     assert outcome.accepted
     assert any(v.get("image") for v in outcome.body["spec"]["volumes"])
-
-
-def test_our_refusal_comes_before_the_cluster_drops_an_image_volume(as_installed):
-    from components.settings import SettingsError
-    from components.team import load_team_settings
-
-    config = yaml.safe_load((TEAM_EXAMPLE / "Pulumi.dev-pytorchjob.yaml").read_text())["config"]
-    ours = {key.split(":", 1)[1]: value for key, value in config.items()}
-    assert load_team_settings(ours).workspace.image_volumes is True
-    ours["workspace"] = {**ours["workspace"], "imageVolumes": False}
-    with pytest.raises(SettingsError, match=r"job\.volumes: expected Kubernetes 1\.35\+"):
-        load_team_settings(ours)
-
-
-# ---------------------------------------------------------------- rendezvous
-
-
-def torchrun_view(pod: dict[str, Any], hosts: dict[str, str]) -> tuple[str, int, int]:
-    """(endpoint, node rank, nodes) torchrun computes in this pod, from its command and resolved environment."""
-    from torch.distributed.run import config_from_args, get_args_parser
-
-    container = pod["spec"]["containers"][0]
-    argv = [*container.get("command", []), *container.get("args", [])]
-    assert argv[0] == "torchrun", argv
-    env = operators.resolved_env(pod, container, hosts)
-    with mock.patch.dict(os.environ, env, clear=True):
-        config, _, _ = config_from_args(get_args_parser().parse_args(argv[1:]))
-    return config.rdzv_endpoint, config.rdzv_configs["rank"], config.max_nodes
-
-
-@pytest.mark.parametrize("stack", [s for s in TEAM_STACKS if s in ("dev", "dev-pytorchjob", "dev-volcano")])
-def test_every_node_of_a_multi_node_job_meets_at_one_endpoint_with_its_own_rank(dev_platform, stack):
-    job = the_job(team(stack))
-    pods = pods_of(job, dev_platform)
-    hosts = operators.hosts_of(job) if job["kind"] == "Job" else {}
-    views = [torchrun_view(pod, hosts) for pod in pods]
-    endpoints, ranks, nodes = {v[0] for v in views}, sorted(v[1] for v in views), {v[2] for v in views}
-    assert len(pods) == 2 and nodes == {2}
-    assert len(endpoints) == 1 and not next(iter(endpoints)).startswith(("127.0.0.1", "localhost")), endpoints
-    assert ranks == [0, 1]
-    (master,) = endpoints
-    host = master.rsplit(":", 1)[0]
-    lead = next(p for p, v in zip(pods, views, strict=True) if v[1] == 0)
-    names = {lead["metadata"]["name"], f"{lead['spec'].get('hostname')}.{lead['spec'].get('subdomain')}"}
-    assert host in names  # the address is rank 0's own name (a Service of that name, or hostname.subdomain)
 
 
 def test_the_v1_operator_deployment_as_installed_is_accepted_beside_its_config(cluster, dev_platform):

@@ -74,6 +74,30 @@ def _crd_index() -> dict[tuple[str, str], dict[str, Any]]:
     return index
 
 
+@functools.cache
+def upstream_crds() -> tuple[dict[str, Any], ...]:
+    """Every plain CRD under UPSTREAM (Helm templates skipped), once per name (shared: do not mutate)."""
+    crds: dict[str, dict[str, Any]] = {}
+    for path in sorted(UPSTREAM.rglob("*.yaml")):
+        text = path.read_text()
+        if "CustomResourceDefinition" not in text or "{{" in text:
+            continue
+        for doc in yaml.load_all(text, Loader=_Loader):
+            if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
+                crds.setdefault(doc["metadata"]["name"], doc)
+    return tuple(crds.values())
+
+
+def volcano_validating_policies() -> list[dict[str, Any]]:
+    """Volcano's own ValidatingAdmissionPolicies and their bindings (its chart's ``custom.vap_enable``)."""
+    return [
+        doc
+        for path in sorted((UPSTREAM / "volcano" / "policy").glob("*-validating.yaml"))
+        for doc in yaml.load_all(path.read_text(), Loader=_Loader)
+        if isinstance(doc, dict) and doc.get("kind")
+    ]
+
+
 def crd_schema(api_version: str, kind: str) -> dict[str, Any] | None:
     """The upstream openAPIV3Schema of a served CRD version, or None (shared: do not mutate)."""
     return _crd_index().get((api_version, kind))

@@ -82,7 +82,9 @@ def test_job_file_and_script_run_on_real_fio_and_report_every_figure(fio, tmp_pa
 
 
 def test_a_missed_threshold_fails_the_job_and_names_the_figure(fio, tmp_path):
-    proc, summary = run_acceptance(tmp_path, "hot", Thresholds(seq_read_mib_s=10**9))
+    # Every figure but the one under test set to 0: an unset figure is the tier's floor, which a slow disk misses.
+    unreachable = Thresholds(seq_read_mib_s=10**9, seq_write_mib_s=0, rand_read_iops=0, warm_cold_ratio=0.0)
+    proc, summary = run_acceptance(tmp_path, "hot", unreachable)
     assert proc.returncode == 1
     failed = [s["figure"] for s in summary if s["result"] == "fail"]
     assert failed == ["seq_read_mib_s"]
