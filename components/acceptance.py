@@ -18,7 +18,7 @@ are pure functions: the tests run them with the real fio.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -247,11 +247,21 @@ class StorageAcceptanceArgs:
     settings: AcceptanceSettings
     storage_classes: Mapping[str, pulumi.Input[str]]
     """StorageClass name per tier (the tiers the stack serves)."""
+    placement: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Per tier, the pod spec's ``nodeSelector`` and ``tolerations`` of the nodes that hold it
+    (``PlatformSettings.tier_placement``): the hot tier exists only on its NVMe nodes, often tainted GPU nodes."""
 
 
-def job_spec(tier: Tier, storage_class: pulumi.Input[str], volume_size: str, resources: Resources) -> dict[str, Any]:
+def job_spec(
+    tier: Tier,
+    storage_class: pulumi.Input[str],
+    volume_size: str,
+    resources: Resources,
+    placement: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """The ``spec`` of a tier's fio Job: the job file and script from the tier's ConfigMap, fio's scratch on a
-    generic ephemeral volume of the tier's class (created with the pod, deleted with it)."""
+    generic ephemeral volume of the tier's class (created with the pod, deleted with it), on the nodes that hold
+    the tier (``placement``)."""
     fio = kube.container(
         "fio",
         versions.FIO_IMAGE,
@@ -275,7 +285,7 @@ def job_spec(tier: Tier, storage_class: pulumi.Input[str], volume_size: str, res
         kube.TMP_VOLUME,
     ]
     labels = kube.labels("storage-acceptance", tier)
-    template = kube.pod_template(labels, [fio], volumes, restartPolicy="Never")
+    template = kube.pod_template(labels, [fio], volumes, restartPolicy="Never", **(placement or {}))
     return {"backoffLimit": 0, "activeDeadlineSeconds": 7200, "template": template}
 
 
@@ -313,7 +323,7 @@ class StorageAcceptance(pulumi.ComponentResource):
             job = k8s.batch.v1.Job(
                 f"{name}-{tier}",
                 metadata=kube.workload_metadata(f"acceptance-{tier}", ns.metadata.name, s.resources, None, skip_await),
-                spec=job_spec(tier, args.storage_classes[tier], s.volume_size, s.resources),
+                spec=job_spec(tier, args.storage_classes[tier], s.volume_size, s.resources, args.placement.get(tier)),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[config]),
             )
             self.jobs[tier] = job.metadata.name

@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import Field
 
+from .common import versions
 from .sections import Problem, Section, Window
 
 DURATION = r"^[0-9]+(ms|s|m|h)$"
@@ -100,8 +101,9 @@ class RuleSettings(Section):
     design's 80 %): `TrainingInputBound`, `TrainingLoaderCPUBound`."""
     thresholds: AlertThresholds = AlertThresholds()
     """Warning and critical levels."""
-    runbook_url: str = "docs/alerts.md"
-    """Where docs/alerts.md is served (e.g. its URL in your Git host); each alert links to its section there."""
+    runbook_url: str = Field(versions.DOCS_URL + "/alerts.md", pattern=r"^https://[^\s#]+$")
+    """Absolute `https://` URL where docs/alerts.md is served (default: this release's page in the project's
+    repository; set your Git host's copy); each alert's `runbook_url` is it plus the alert's section anchor."""
 
 
 def seconds(duration: str) -> float:
@@ -133,6 +135,6 @@ def with_runbook(rules: list[dict[str, Any]], base: str) -> list[dict[str, Any]]
 def levels(name: str, expr: str, op: str, t: Threshold, for_: str, summary: str) -> list[dict[str, Any]]:
     """A warning and a critical alert on ``expr op level``."""
     return [
-        alert(name, f"{expr} {op} {level:g}", severity, for_, summary.format(level=f"{level:g}"))
+        alert(name, f"{expr} {op} {level:g}", severity, for_, summary.replace("{level}", f"{level:g}"))
         for severity, level in (("warning", t.warning), ("critical", t.critical))
     ]

@@ -51,9 +51,9 @@ class Platform(pulumi.ComponentResource):
     """Object store, metadata engine, JuiceFS and the tier StorageClasses, as the stack's settings say."""
 
     storage_classes: dict[str, pulumi.Output[str]]
+    """StorageClass name per tier."""
     acceptance: StorageAcceptance | None
     """The fio acceptance Jobs (its ``verdicts`` per tier), or None when off."""
-    """StorageClass name per tier."""
     object_store: ObjectStore
     """The object store component."""
     metadata: MetadataEngine | None
@@ -150,7 +150,8 @@ class Platform(pulumi.ComponentResource):
         self.storage_classes = tiers.classes
         self.acceptance = None
         if s.acceptance.enabled:
-            args = StorageAcceptanceArgs(s.acceptance, tiers.classes)
+            placement = {tier: s.tier_placement(tier) for tier in tiers.classes}
+            args = StorageAcceptanceArgs(s.acceptance, tiers.classes, placement)
             self.acceptance = StorageAcceptance(f"{name}-acceptance", args, child)
         return tiers
 

@@ -120,6 +120,18 @@ class PlatformSettings(Section):
         ceph = self.rook_ceph.enabled
         return {"juicefs": self.juicefs.enabled, "cephfs": ceph, "rbd": ceph, "topolvm": self.local_nvme.enabled}
 
+    def tier_placement(self, tier: str) -> dict[str, Any]:
+        """Where a pod that measures ``tier`` can run, from the settings that place the tier's own node pods: the
+        hot tier (TopoLVM) and a cold tier cached on the node cache volume live only on `localNvme.nodeSelector`'s
+        nodes; every tier's node plugin tolerates `nodeStorage.tolerations`, so the pod does too."""
+        backend = getattr(self.tiers, tier)
+        nvme = self.local_nvme
+        on_nvme_nodes = backend == "topolvm" or (backend == "juicefs" and nvme.enabled and nvme.cache_volume.enabled)
+        placement: dict[str, Any] = {"nodeSelector": dict(nvme.node_selector)} if on_nvme_nodes else {}
+        if self.node_storage.tolerations:
+            placement["tolerations"] = self.node_storage.specs()
+        return placement
+
     def problems(self) -> list[Problem]:
         """Rules that span sections (each section's own rules are its ``problems()``)."""
         return [

@@ -9,6 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+PLATFORM_VERSION = "0.2.0"
+"""This package's release (pyproject.toml's version; a test keeps them equal)."""
+DOCS_URL = f"https://github.com/ai-storage-platform/ai-storage-platform/blob/v{PLATFORM_VERSION}/docs"
+"""The docs folder of this release in the project's repository: where alerts link their runbooks by default."""
+
 
 @dataclass(frozen=True)
 class ChartPin:

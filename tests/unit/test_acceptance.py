@@ -24,7 +24,8 @@ from components.acceptance import (
 from components.platform import Platform, PlatformArgs
 from components.settings import PlatformSettings
 from components.storage_tiers import TiersSettings
-from tests.conftest import by_name, objects
+from tests.conftest import STACKS, by_name, objects, stack_settings
+from tests.kube_semantics import tolerates
 
 
 @pytest.fixture
@@ -201,3 +202,56 @@ def test_staging_and_prod_run_them_after_install_and_wait_for_the_verdicts(rende
     assert set(jobs) == {f"acceptance-{tier}" for tier in ("hot", "warm", "cold", "checkpoint", "block")}
     assert all("pulumi.com/skipAwait" not in (j["metadata"].get("annotations") or {}) for j in jobs.values())
     assert set(result.outputs["acceptance"]) == {"hot", "warm", "cold", "checkpoint", "block"}
+
+
+def described_nodes(stack: str) -> list[dict]:
+    """The node kinds docs/eks.md lays out, with the stack's own labels: GPU nodes that alone hold the NVMe volume
+    group (labelled `localNvme.nodeSelector`, tainted `nvidia.com/gpu=present:NoSchedule`), storage nodes (the Ceph
+    OSD label, no taint) and untainted system nodes with neither."""
+    s = stack_settings(stack)
+    gpu_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    return [
+        {
+            "name": "gpu",
+            "labels": {**s.local_nvme.node_selector, "nvidia.com/gpu.present": "true"},
+            "taints": [gpu_taint],
+        },
+        {"name": "storage", "labels": dict(s.rook_ceph.storage.osd_node_selector), "taints": []},
+        {"name": "system", "labels": {}, "taints": []},
+    ]
+
+
+def landing(pod_spec: dict, nodes: list[dict]) -> list[str]:
+    """The nodes the scheduler's NodeAffinity (nodeSelector) and TaintToleration filters leave for a pod."""
+    return [
+        n["name"]
+        for n in nodes
+        if all(n["labels"].get(k) == v for k, v in (pod_spec.get("nodeSelector") or {}).items())
+        and all(
+            tolerates(pod_spec.get("tolerations"), t) for t in n["taints"] if t["effect"] in ("NoSchedule", "NoExecute")
+        )
+    ]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_acceptance_job_schedules_on_the_nodes_that_hold_its_tier(render_stack, stack):
+    result, _ = render_stack(stack)
+    jobs = {j["metadata"]["name"]: j for j in objects(result, "Job") if j["metadata"]["name"].startswith("acceptance-")}
+    assert jobs or not stack_settings(stack).acceptance.enabled
+    nodes = described_nodes(stack)
+    for name, job in jobs.items():
+        where = landing(job["spec"]["template"]["spec"], nodes)
+        assert where, f"{name} fits no node of {stack}"
+        if name in ("acceptance-hot",) or (
+            name == "acceptance-cold" and "nodeSelector" in job["spec"]["template"]["spec"]
+        ):
+            assert where == ["gpu"], (name, where)  # the tier (or its cache volume) exists only there
+
+
+def test_the_hot_tier_job_follows_the_nvme_nodes_and_the_node_plugins_tolerations(render_stack):
+    taint = {"key": "example.com/dedicated", "operator": "Equal", "value": "train", "effect": "NoSchedule"}
+    result, _ = render_stack("prod", localNvme={"nodeSelector": {"pool": "p5"}}, nodeStorage={"tolerations": [taint]})
+    spec = by_name(result, "Job", "acceptance-hot")["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"pool": "p5"} and spec["tolerations"] == [taint]
+    warm = by_name(result, "Job", "acceptance-warm")["spec"]["template"]["spec"]
+    assert "nodeSelector" not in warm and warm["tolerations"] == [taint]  # Ceph volumes reach any node

@@ -391,17 +391,26 @@ def failed_cases(name: str, labels: dict[str, str]) -> list[tuple[dict[str, str]
     return [(quiet, {}, []), (failing, {**labels, "namespace": "failing", "cronjob": name}, ["warning"])]
 
 
+PAGED_AS: dict[tuple[str, str], str] = {
+    ("TierReadThroughputLow", "warning"): "A training job reads the {tier} tier below 100 MB/s",
+    ("TierReadThroughputLow", "critical"): "A training job reads the {tier} tier below 50 MB/s",
+    ("TierReadLatencyHigh", "warning"): "A training job's mean read latency on the {tier} tier is above 100 ms",
+    ("TierReadLatencyHigh", "critical"): "A training job's mean read latency on the {tier} tier is above 500 ms",
+}
+"""The text a pager shows for the alerts whose summary is a template, written out (not taken from the rules): a
+summary whose template Prometheus does not expand fails the promtool test."""
+
+
 def expected_alerts(alert: str, labels: dict[str, str], severities: list[str]) -> list[dict[str, Any]]:
     rules = {(r["alert"], r["labels"]["severity"]): r for g in GROUPS for r in g["rules"] if "alert" in r}
-    tier = labels.get("ai_storage_platform_data_tier", "")
 
-    def expanded(annotations: dict[str, str]) -> dict[str, str]:  # as Prometheus expands the tier template
-        return {k: v.replace("{{ $labels.ai_storage_platform_data_tier }}", tier) for k, v in annotations.items()}
+    def annotations(severity: str) -> dict[str, str]:
+        given = dict(rules[(alert, severity)]["annotations"])
+        if (alert, severity) in PAGED_AS:
+            given["summary"] = PAGED_AS[(alert, severity)].format(tier=labels["ai_storage_platform_data_tier"])
+        return given
 
-    return [
-        {"exp_labels": {**labels, "severity": s}, "exp_annotations": expanded(rules[(alert, s)]["annotations"])}
-        for s in severities
-    ]
+    return [{"exp_labels": {**labels, "severity": s}, "exp_annotations": annotations(s)} for s in severities]
 
 
 def test_every_alert_is_tested():
@@ -549,6 +558,27 @@ def test_the_restore_test_alerts_select_the_restore_test_cronjob_of_the_team_exa
     prefix, pattern, _ = RESTORE_TEST
     matching = [p for p, (other, _) in PROTECTION.items() if re.fullmatch(other, RESTORE_TEST_CRONJOB)]
     assert re.fullmatch(pattern, RESTORE_TEST_CRONJOB) and matching == [] and prefix == "CheckpointRestoreTest"
+
+
+TEMPLATE_ACTION = re.compile(r"\{\{.*?\}\}", re.S)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_alert_of_every_stack_reads_as_a_pager_shows_it_and_links_its_runbook(stack):
+    """No annotation holds template text Prometheus would show as it is (`{ $labels.x }`, or `$labels` outside
+    `{{ }}`); every `runbook_url` is an absolute https link to the alert's section of docs/alerts.md."""
+    pages = set(re.findall(r"^## (\w+)$", (ROOT / "docs" / "alerts.md").read_text(), re.M))
+    result = render.rendering(stack, render.run(stack))
+    alerts = [r for rule in objects(result, "PrometheusRule") for g in rule["spec"]["groups"] for r in g["rules"]]
+    alerts = [r for r in alerts if "alert" in r]
+    assert alerts
+    for rule in alerts:
+        for key, text in rule["annotations"].items():
+            outside = TEMPLATE_ACTION.sub("", text)
+            assert "$" not in outside and "{ " not in outside, (rule["alert"], key, text)
+        url = rule["annotations"]["runbook_url"]
+        assert url.startswith("https://") and url.endswith(f"/alerts.md#{rule['alert'].lower()}"), url
+        assert rule["alert"] in pages
 
 
 def test_docs_alerts_md_has_a_page_for_every_alert():

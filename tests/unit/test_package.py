@@ -73,3 +73,14 @@ def test_the_sentinel_settings_import_of_the_0_2_0_docs_still_works_and_says_whe
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=INIT.parents[1])
     assert "moved to ai_storage_platform.backends.metadata_engines.redis_sentinel" in out.stdout
+
+
+def test_the_release_the_docs_links_name_is_the_packages():
+    import re
+
+    from components.common import versions
+    from components.toolchain.render import ROOT
+
+    (version,) = re.findall(r'^version = "([^"]+)"$', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert version == versions.PLATFORM_VERSION
+    assert versions.DOCS_URL.endswith(f"/blob/v{version}/docs")
