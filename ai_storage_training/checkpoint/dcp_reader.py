@@ -13,6 +13,7 @@ M) works as in DCP.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import time
@@ -224,7 +225,7 @@ def _refuse_unknown_extension(error: CheckpointException, checkpoint: Checkpoint
 
 def restore(
     manager: CheckpointManager,
-    state_dict: dict[str, Any] | Callable[[], dict[str, Any]],
+    state_dict: dict[str, Any] | Callable[..., dict[str, Any]],
     *,
     step: int | None = None,
     rollback: bool = False,
@@ -237,7 +238,8 @@ def restore(
     refuses the step (moved to ``.refused/``) and the load starts again from the newest step that validates, which
     overwrites everything the refused one had loaded; with ``step`` given, or no older step left,
     CheckpointInvalidError says the state is partly loaded. ``state_dict`` may be a function making it, called
-    once there is a checkpoint to load (DCP's ``get_state_dict`` initializes an optimizer's empty state).
+    once there is a checkpoint to load, with that Checkpoint when it takes an argument (its marker says the world
+    size it was saved on; DCP's ``get_state_dict`` initializes an optimizer's empty state).
     ``extension_registry``: as for :class:`ManagedReader` (a checkpoint saved with custom ``_extensions``)."""
     loaded_from: int | None = None
     while True:
@@ -257,7 +259,8 @@ def restore(
             return None
         checkpoint = reader.checkpoint
         if callable(state_dict):
-            state_dict = state_dict()
+            takes = len(inspect.signature(state_dict).parameters)
+            state_dict = state_dict(checkpoint) if takes else state_dict()
         try:
             dcp_load(state_dict, storage_reader=reader, **load_kwargs)
             return checkpoint

@@ -15,7 +15,14 @@
   samples still to come are kept in memory.
 - Resume: ``state_dict()`` is ``{"epoch", "yielded"}`` of this worker (torchdata's StatefulDataLoader calls it in
   each worker and hands it back after a restart); ``load_state_dict()`` recomputes the order and skips the
-  positions already yielded, without reading the shards they came from.
+  positions already yielded, without reading the shards they came from (same ranks and workers only).
+- Resume anywhere: ``resume(epoch, segments)`` (``position.DataPosition`` calls it) continues an epoch on any
+  number of ranks and workers. Each segment is one layout's run within the epoch (its ranks, workers and how many
+  samples each worker handed to training). On the layout that saved, every worker goes on in its own order (the
+  same samples in the same order as a run that never stopped); on another, the samples the segments trained are
+  recomputed from the orders alone and the rest, in the epoch's shard order, is cut into equal runs, one per worker
+  of the new layout (shuffled within it): across resumes every sample of the epoch is trained once (``even=True``:
+  a remainder of fewer samples than workers is left out of that epoch, so every rank gets as many batches).
 - Metrics: each shard read counts as a read of the training metrics (hit: it was read ahead in time; miss: the
   job waited; the wait is the loader's storage time), ``transform``'s time as its transform time (``steps.py``);
   in DataLoader workers they reach the scrape with ``PROMETHEUS_MULTIPROC_DIR`` (metrics.py).
@@ -44,6 +51,8 @@ from .. import metrics, steps
 from . import manifest as mf
 
 Sample = dict[str, Any]
+Segment = dict[str, Any]
+"""One layout's run within an epoch: ``{"world", "workers", "yielded": [[samples per worker] per rank]}``."""
 
 
 def positions(counts: list[int], shard_ids: list[int], buffer: int, rng: random.Random) -> array:
@@ -139,6 +148,7 @@ class ShardDataset(IterableDataset):
         self.epoch = 0
         self._yielded = 0
         self._resume: dict[str, int] | None = None
+        self._segments: tuple[int, list[Segment]] | None = None
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose order the next iteration follows (call before each epoch, as with
@@ -151,20 +161,99 @@ class ShardDataset(IterableDataset):
     def load_state_dict(self, state: dict[str, int]) -> None:
         self._resume = {"epoch": int(state["epoch"]), "yielded": int(state["yielded"])}
 
+    def resume(self, epoch: int, segments: list[Segment]) -> None:
+        """Continue ``epoch`` after the samples ``segments`` trained (each: ``{"world", "workers", "yielded"}``,
+        ``yielded[rank][worker]`` samples handed to training), on this dataset's ranks and any worker count."""
+        for i, seg in enumerate(segments):
+            world, workers, yielded = seg["world"], seg["workers"], seg["yielded"]
+            if len(yielded) != world or any(len(counts) != workers for counts in yielded):
+                raise ValueError(f"segments[{i}]: expected {world} ranks x {workers} workers of counts; got {yielded}")
+        self._segments = (int(epoch), [dict(seg) for seg in segments])
+
     def _split(self) -> tuple[int, int, int, int]:
         info = get_worker_info()
         return self.rank, self.world_size, (info.id if info else 0), (info.num_workers if info else 1)
 
-    def order(self, epoch: int) -> tuple[list[int], array]:
-        """This worker's shards (indices into the manifest) and sample positions for ``epoch`` (cut to the even
-        share when ``even``)."""
-        rank, world, worker, workers = self._split()
+    def _shard_order(self, epoch: int) -> list[int]:
         shard_ids = list(range(len(self.manifest.shards)))
         random.Random(f"{self.seed}:{epoch}").shuffle(shard_ids)
-        mine = shard_ids[rank::world][worker::workers]
-        counts = [s.samples for s in self.manifest.shards]
+        return shard_ids
+
+    def _base_order(self, epoch: int, rank: int, world: int, worker: int, workers: int) -> tuple[list[int], array]:
+        """A worker's shards and sample positions in ``epoch`` for a layout (before the even cut)."""
+        mine = self._shard_order(epoch)[rank::world][worker::workers]
         rng = random.Random(f"{self.seed}:{epoch}:{rank}:{worker}")
-        order = positions(counts, mine, self.shuffle_buffer, rng)
+        return mine, positions([s.samples for s in self.manifest.shards], mine, self.shuffle_buffer, rng)
+
+    def _resumed_orders(
+        self, epoch: int, world: int, workers: int, trained: bytearray
+    ) -> list[tuple[list[int], array]]:
+        """Every worker's shards and positions of a layout resumed in ``epoch``, rank-major: what ``trained`` leaves,
+        in the epoch's shard order, cut into equal runs (``even``: the remainder, fewer than one per worker, waits
+        for the next epoch; else the first workers take one more), each run shuffled by its worker's generator."""
+        first, left = 0, array("q")
+        starts = {}
+        for sid, shard in enumerate(self.manifest.shards):
+            starts[sid], first = first, first + shard.samples
+        for sid in self._shard_order(epoch):
+            left.extend(sid << 32 | i for i in range(self.manifest.shards[sid].samples) if not trained[starts[sid] + i])
+        readers = world * workers
+        share, extra = divmod(len(left), readers)
+        out, at = [], 0
+        for n in range(readers):
+            size = share + (0 if self.even or n >= extra else 1)
+            run = left[at : at + size]
+            at += size
+            order = list(run)
+            random.Random(f"{self.seed}:{epoch}:{n // workers}:{n % workers}:resumed").shuffle(order)
+            out.append((list(dict.fromkeys(p >> 32 for p in run)), array("q", order)))
+        return out
+
+    def _resumed(self, epoch: int) -> tuple[list[Segment], int]:
+        """The segments of ``epoch`` before this run's own layout, and where this worker continues: on the layout
+        that saved last, each worker goes on in its own order from its count (as if it had never stopped); on
+        another, every worker starts its run of what all the segments left."""
+        if self._segments is None or self._segments[0] != epoch:
+            return [], 0
+        segments = self._segments[1]
+        rank, world, worker, workers = self._split()
+        last = segments[-1]
+        if (last["world"], last["workers"]) == (world, workers):
+            return segments[:-1], int(last["yielded"][rank][worker])
+        return segments, 0
+
+    def trained_before(self, epoch: int, segments: list[Segment]) -> bytearray | None:
+        """One byte per sample of the version (numbered across the shards in manifest order), set for each that
+        ``segments`` of ``epoch`` trained; None: no segment."""
+        if not segments:
+            return None
+        starts, first = [], 0
+        for shard in self.manifest.shards:
+            starts.append(first)
+            first += shard.samples
+        trained: bytearray | None = None
+        for seg in segments:
+            world, workers = seg["world"], seg["workers"]
+            if trained is None:
+                orders = [self._base_order(epoch, r, world, k, workers) for r in range(world) for k in range(workers)]
+            else:
+                orders = self._resumed_orders(epoch, world, workers, trained)
+            now = bytearray(first) if trained is None else bytearray(trained)
+            for n, (_, order) in enumerate(orders):
+                for p in order[: seg["yielded"][n // workers][n % workers]]:
+                    now[starts[p >> 32] + (p & 0xFFFFFFFF)] = 1
+            trained = now
+        return trained
+
+    def order(self, epoch: int, segments: list[Segment] | None = None) -> tuple[list[int], array]:
+        """This worker's shards (indices into the manifest) and sample positions for ``epoch``: its shards' samples
+        (cut to the even share when ``even``), or after a resume in this epoch its run of what is left."""
+        rank, world, worker, workers = self._split()
+        trained = self.trained_before(epoch, self._resumed(epoch)[0] if segments is None else segments)
+        if trained is not None:
+            return self._resumed_orders(epoch, world, workers, trained)[rank * workers + worker]
+        mine, order = self._base_order(epoch, rank, world, worker, workers)
+        counts, shard_ids = [s.samples for s in self.manifest.shards], self._shard_order(epoch)
         held = [sum(counts[s] for s in shard_ids[r::world][k::workers]) for r in range(world) for k in range(workers)]
         if min(held) == 0 and (self.even or len(shard_ids) < world):
             raise mf.DatasetError(
@@ -195,11 +284,12 @@ class ShardDataset(IterableDataset):
         return found
 
     def __iter__(self) -> Iterator[Any]:
-        start = 0
+        segments, start = self._resumed(self.epoch)
+        self._segments = None  # once: a persistent worker's next pass is a new epoch
         if self._resume is not None:
             self.epoch, start = self._resume["epoch"], self._resume["yielded"]
             self._resume = None
-        shard_ids, order = self.order(self.epoch)
+        shard_ids, order = self.order(self.epoch, segments)
         self._yielded = start
         remaining = order[start:]
         wanted: dict[int, set[int]] = {}

@@ -15,8 +15,9 @@ durable directory in the background.
 Data: a packed dataset version (``python -m ai_storage_training pack``: manifest.json + WebDataset shards), the
 directory $AI_STORAGE_DATASET_DIR names when set (the copy the platform staged and verified on the hot tier), else
 --data. Each rank reads its share through the library's ShardDataset in a torchdata StatefulDataLoader with
---workers processes, epoch after epoch. Its position (the epoch, the loader's state, the samples trained on) is in
-every checkpoint, one entry per rank, so a resumed job continues mid-epoch with no sample repeated or skipped.
+--workers processes, epoch after epoch. Its position (the library's DataPosition: the epoch and every rank's workers'
+progress through it) is in every checkpoint, one entry for all ranks, so a resumed job continues mid-epoch with no
+sample repeated or skipped, on the same number of ranks or another (model and optimizer reshard through DCP).
 The last line of each rank reads ``rank R: step S, loss L, params P, samples N, keys K`` (P: a digest of the
 model's parameters; N and K: how many samples this rank trained on since step 0, and a digest of their keys in
 order, carried through every resume).
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
 import time
 from pathlib import Path
@@ -41,9 +41,11 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from ai_storage_training import metrics
 from ai_storage_training.checkpoint import lag, promotion
 from ai_storage_training.checkpoint.async_save import AsyncCheckpointer
+from ai_storage_training.checkpoint.commit import read_marker
 from ai_storage_training.checkpoint.dcp import restore
-from ai_storage_training.data.datasets import ShardDataset, load_loader_state
+from ai_storage_training.data.datasets import ShardDataset
 from ai_storage_training.data.manifest import DIR_VARIABLE
+from ai_storage_training.data.position import DataPosition
 from ai_storage_training.steps import StepTimer
 
 FEATURES, BATCH = 16, 8
@@ -57,63 +59,80 @@ def features(sample: dict[str, Any]) -> tuple[str, torch.Tensor]:
     return sample["__key__"], torch.frombuffer(bytearray(raw), dtype=torch.uint8).float() / 255
 
 
-class DataPosition:
-    """Where this rank is in its data, saved in every checkpoint: the epoch, the loader's state (torchdata's
-    StatefulDataLoader: each worker's position; JSON, one entry whatever its shape) and the samples trained on
-    (their count and a digest of their keys in order). DCP calls ``state_dict`` when saving and
-    ``load_state_dict`` after loading (a top-level Stateful entry)."""
+class Trained:
+    """The samples this rank trained on since step 0: their count and a digest of their keys in order (kept through
+    a resume on the same ranks; on another layout each rank starts its own count again)."""
 
-    def __init__(self, loader: StatefulDataLoader):
-        self.loader, self.epoch, self.samples, self.keys = loader, 0, 0, ""
+    def __init__(self, record: Path | None):
+        self.samples, self.keys, self.record = 0, "", record
+        if record is not None:
+            record.parent.mkdir(parents=True, exist_ok=True)
 
-    def trained_on(self, keys: list[str]) -> None:
+    def trained_on(self, keys: list[str], epoch: int) -> None:
         self.samples += len(keys)
         self.keys = hashlib.sha256("\n".join([self.keys, *keys]).encode()).hexdigest()
+        if self.record is not None:
+            with self.record.open("a") as out:
+                out.writelines(f"{epoch} {key}\n" for key in keys)
 
     def state_dict(self) -> dict[str, Any]:
-        loader = json.dumps(self.loader.state_dict())
-        return {"epoch": self.epoch, "samples": self.samples, "keys": self.keys, "loader": loader}
+        return {"samples": self.samples, "keys": self.keys}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.epoch, self.samples, self.keys = int(state["epoch"]), int(state["samples"]), str(state["keys"])
-        load_loader_state(self.loader, json.loads(state["loader"]))  # another worker count: one clear line
+        self.samples, self.keys = int(state["samples"]), str(state["keys"])
 
 
-def training_state(model, optimizer, step: int, rank: int, position: DataPosition) -> dict:
-    """What a checkpoint holds: DCP's model and optimizer state dicts, the step, this rank's RNG states (the CPU's,
-    and its GPU's under CUDA) and data position (per rank: the keys name the rank, so DCP keeps every rank's own)."""
+def training_state(model, optimizer, step: int, rank: int, world: int, position: DataPosition, trained: Trained):
+    """What a checkpoint holds: DCP's model and optimizer state dicts (DCP reshards them), the step, the data position
+    (one entry for every rank: any layout resumes it), and this rank's RNG states (the CPU's, and its GPU's under
+    CUDA) and samples trained, under keys naming the rank and the world size: only the same layout reloads them."""
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {
         "model": model_state,
         "optim": optim_state,
         "train": {"step": step},
-        f"rng-{rank}": torch.get_rng_state(),
-        f"data-{rank}": position,
+        DataPosition.KEY: position,
+        f"rng-{rank}-of-{world}": torch.get_rng_state(),
+        f"trained-{rank}-of-{world}": trained,
     }
     if torch.cuda.is_available():
-        state[f"cuda-rng-{rank}"] = torch.cuda.get_rng_state()
+        state[f"cuda-rng-{rank}-of-{world}"] = torch.cuda.get_rng_state()
     return state
 
 
-def resume(landing, durable, model, optimizer, rank: int, position: DataPosition) -> int:
+def resume(landing, durable, model, optimizer, rank: int, position: DataPosition, trained: Trained) -> int:
     """Load the newest checkpoint that validates, a local one first (promotion.restore_manager, decided by rank 0
-    for every rank), each item verified as it is read; return its step (0 on a first start)."""
+    for every rank), each item verified as it is read; return its step (0 on a first start). Saved on another number
+    of ranks, the model, optimizer and data position reshard; each rank's RNG starts from its seed again (said)."""
     local = None if landing is durable else landing
     use_local = [rank == 0 and local is not None and promotion.restore_manager(local, durable) is local]
+    world = dist.get_world_size() if dist.is_initialized() else 1
     if dist.is_initialized():
         dist.broadcast_object_list(use_local, src=0)
     state: dict[str, Any] = {}
+    same = [True]
 
-    def loadable() -> dict[str, Any]:  # made only when there is a checkpoint (get_state_dict fills AdamW's state)
-        state.update(training_state(model, optimizer, -1, rank, position))
+    def loadable(checkpoint) -> dict[str, Any]:  # made only when there is one (get_state_dict fills AdamW's state)
+        marker = read_marker(checkpoint.path)
+        saved_on = marker.world_size if marker is not None else world
+        state.update(training_state(model, optimizer, -1, rank, saved_on, position, trained))
+        same[0] = saved_on == world
+        if not same[0]:  # another layout: this rank's own entries are not in the checkpoint
+            for key in [k for k in state if k.startswith(("rng-", "cuda-rng-", "trained-"))]:
+                del state[key]
+            if rank == 0:
+                print(
+                    f"resuming a checkpoint of {saved_on} rank(s) on {world}: each rank's RNG starts again", flush=True
+                )
         return state
 
     if restore(landing if use_local[0] else durable, loadable) is None:  # and position.load_state_dict
         return 0
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-    torch.set_rng_state(state[f"rng-{rank}"])
-    if torch.cuda.is_available():
-        torch.cuda.set_rng_state(state[f"cuda-rng-{rank}"])
+    if same[0]:
+        torch.set_rng_state(state[f"rng-{rank}-of-{world}"])
+        if torch.cuda.is_available():
+            torch.cuda.set_rng_state(state[f"cuda-rng-{rank}-of-{world}"])
     return int(state["train"]["step"])
 
 
@@ -137,6 +156,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--max-in-flight", type=int, default=1, help="checkpoint saves running at once")
     parser.add_argument("--step-seconds", type=float, default=0.0, help="extra time per step (tests: a slow job)")
     parser.add_argument("--log-every", type=int, default=100, help="steps between the step timer's log lines")
+    parser.add_argument(
+        "--record-keys", type=Path, help="append 'EPOCH KEY' of each trained sample to DIR/rank-R.txt (tests)"
+    )
     args = parser.parse_args()
     for name in ("steps", "save_every", "keep", "max_in_flight", "log_every"):
         if getattr(args, name) < 1:
@@ -170,10 +192,10 @@ def open_dataset(parser: argparse.ArgumentParser, args: argparse.Namespace) -> S
     return dataset
 
 
-def train(args: argparse.Namespace, trained, optimizer, position: DataPosition, step: int, save) -> tuple[int, float]:
+def train(args: argparse.Namespace, model, optimizer, position: DataPosition, seen: Trained, step: int, save):
     """Train from ``step`` to --steps, epoch after epoch (a resumed loader first finishes its epoch), calling
     ``save(step, loss)`` every --save-every steps; return the last step and loss."""
-    device = next(trained.parameters()).device
+    device = next(model.parameters()).device
     loss = torch.zeros(())
     timer = StepTimer(
         start_step=step, log_every=args.log_every, progress_dir=args.checkpoint_dir
@@ -182,10 +204,10 @@ def train(args: argparse.Namespace, trained, optimizer, position: DataPosition, 
         args.dataset.set_epoch(position.epoch)
         for keys, batch in timer.iterate(position.loader):
             step += 1
-            position.trained_on(keys)
+            seen.trained_on(keys, position.epoch)
             inputs = batch.to(device, non_blocking=True)  # from pinned memory under CUDA
             noisy = inputs + 0.01 * torch.randn_like(inputs)  # uses the RNG: a resume must restore it
-            loss = torch.nn.functional.mse_loss(trained(noisy), inputs.mean(dim=1, keepdim=True))
+            loss = torch.nn.functional.mse_loss(model(noisy), inputs.mean(dim=1, keepdim=True))
             loss.backward()
             optimizer.step()
             optimizer.zero_grad()
@@ -231,14 +253,15 @@ def main() -> None:
         pin_memory=cuda,  # batches copied to the GPU without blocking
     )
     print(f"rank {rank}: training on {device}", flush=True)
-    position = DataPosition(loader)
-    step = resume(landing, durable, model, optimizer, rank, position)
+    saves = dist.new_group(backend="gloo") if world > 1 else None  # async saves talk beside the training
+    position = DataPosition(loader, group=saves)  # gathered over gloo: the default group may be NCCL
+    seen = Trained(args.record_keys / f"rank-{rank}.txt" if args.record_keys else None)
+    step = resume(landing, durable, model, optimizer, rank, position, seen)
     if step:
-        print(f"rank {rank}: resumed at step {step}, epoch {position.epoch}, samples {position.samples}", flush=True)
+        print(f"rank {rank}: resumed at step {step}, epoch {position.epoch}, samples {seen.samples}", flush=True)
     if (newest := durable.latest()) is not None:
         lag.LAG.durable(newest.step)  # the lag gauges count from the restore point the job already has
     trained = DistributedDataParallel(model, device_ids=[device] if cuda else None) if world > 1 else model
-    saves = dist.new_group(backend="gloo") if world > 1 else None  # async saves talk beside the training
 
     checkpointer = AsyncCheckpointer(landing, max_in_flight=args.max_in_flight, durable=promoter is None)
     if promoter is not None and rank == 0:
@@ -246,18 +269,17 @@ def main() -> None:
         promoter.start()
 
     def save(at: int, loss: torch.Tensor) -> None:
-        recorded = {"loss": loss.item(), "samples": position.samples}  # rank 0's go into the marker (`list`)
-        state = training_state(model, optimizer, at, rank, position)
+        recorded = {"loss": loss.item(), "samples": seen.samples}  # rank 0's go into the marker (`list`)
+        state = training_state(model, optimizer, at, rank, world, position, seen)
         checkpointer.save_dcp(at, state, process_group=saves, metrics=recorded)
 
     with checkpointer:
-        step, loss = train(args, trained, optimizer, position, step, save)
+        step, loss = train(args, trained, optimizer, position, seen, step, save)
     if promoter is not None and rank == 0:
         promoter.close()  # the last landed checkpoint is durable before the job ends
     digest = hashlib.sha256(b"".join(p.detach().cpu().numpy().tobytes() for p in model.parameters())).hexdigest()[:16]
     print(
-        f"rank {rank}: step {step}, loss {loss:.6f}, params {digest}, "
-        f"samples {position.samples}, keys {position.keys[:16]}",
+        f"rank {rank}: step {step}, loss {loss:.6f}, params {digest}, samples {seen.samples}, keys {seen.keys[:16]}",
         flush=True,
     )
     if world > 1:

@@ -296,3 +296,53 @@ def test_a_loader_position_saved_with_other_workers_is_refused_in_one_line(versi
     again = loader(2)
     load_loader_state(again, state)  # the same count: torchdata takes it
     assert len(list(again)) > 0
+
+
+def run_layout(directory: Path, world: int, workers: int, batches: int, state: dict | None, even: bool = True):
+    """Every rank of a layout in turn, in this process: its loader resumed from ``state`` (a DataPosition's), run for
+    ``batches`` batches per rank (0: to the end of the epoch); the keys trained and the position saved after."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from ai_storage_training.data.position import DataPosition, worker_counts
+
+    keys, yielded, position = [], [], None
+    for rank in range(world):
+        dataset = ShardDataset(directory, rank=rank, world_size=world, shuffle_buffer=8, even=even)
+        loader = StatefulDataLoader(
+            dataset, batch_size=4, num_workers=workers, collate_fn=lambda b: [s["__key__"] for s in b]
+        )
+        position = DataPosition(loader)
+        if state is not None:
+            position.load_state_dict(state)
+        for n, batch in enumerate(loader, 1):
+            keys += batch
+            if n == batches:
+                break
+        yielded.append(worker_counts(loader.state_dict(), workers)[1])
+    assert position is not None
+    earlier = json.loads(state["position"])["segments"] if state else []
+    segment = {"world": world, "workers": workers, "yielded": yielded}
+    return keys, {"position": json.dumps({**position._identity(), "epoch": 0, "segments": [*earlier, segment]})}
+
+
+@pytest.mark.parametrize("even", [True, False])
+def test_resumed_on_other_layouts_every_sample_of_the_epoch_is_trained_once(version, even):
+    """2 ranks x 2 workers, then 1 x 3, then 3 x 1 to the end of the epoch: no sample twice; with even shares the
+    last layout's 3 workers take 17 each of the 52 left, and 1 is left out of the epoch."""
+    first, state = run_layout(version, 2, 2, 3, None, even)
+    second, state = run_layout(version, 1, 3, 5, state, even)
+    third, _ = run_layout(version, 3, 1, 0, state, even)
+    trained = first + second + third
+    assert (len(first), len(second), len(third)) == (24, 20, 51 if even else 52)
+    assert len(trained) == len(set(trained)) == (SAMPLES - 1 if even else SAMPLES)
+
+
+def test_a_position_of_another_dataset_or_seed_is_refused_naming_it(version, tmp_path):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from ai_storage_training.data.position import DataPosition
+
+    _, state = run_layout(version, 1, 0, 2, None)
+    other = ShardDataset(version, rank=0, world_size=1, shuffle_buffer=8, seed=1)
+    with pytest.raises(ValueError, match=r"^seed: the checkpoint's data position is of 0, this dataset is 1"):
+        DataPosition(StatefulDataLoader(other, batch_size=4)).load_state_dict(state)

@@ -254,3 +254,38 @@ def test_the_example_job_refuses_too_few_shards_for_its_workers(tmp_path):
     proc = refusal(tmp_path, tmp_path / "datasets" / "tiny" / "v1")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "--data: expected at least 2 shards (1 ranks x 2 workers)" in proc.stderr and "has 1" in proc.stderr
+
+
+def trained_keys(directory: Path) -> list[tuple[int, str]]:
+    return [
+        (int(epoch), key)
+        for path in sorted(directory.glob("rank-*.txt"))
+        for epoch, key in (line.split() for line in path.read_text().splitlines())
+    ]
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [((2, 2, 3), (1, 2)), ((1, 2, 3), (2, 2)), ((2, 2, 2), (4, 1)), ((4, 1, 1), (3, 2))],
+    ids=["2-to-1", "1-to-2", "2-to-4", "4-to-3"],
+)
+def test_a_job_resumed_on_another_number_of_ranks_trains_every_sample_of_the_epoch_once(tmp_path, data, before, after):
+    """(ranks, workers, steps) of the first run, saved at its last step; the second run, (ranks, workers), resumes
+    it and trains past the end of the epoch. Across both, no sample of epoch 0 twice; the only ones left out are a
+    remainder of fewer samples than the second run has workers (the even share every rank needs)."""
+    (ranks, workers, steps), (ranks2, workers2) = before, after
+    checkpoints = tmp_path / "checkpoints"
+    common = ["--save-every", str(steps), "--log-every", "1000"]
+    train(data, checkpoints, f"--steps={steps}", f"--workers={workers}", f"--record-keys={tmp_path / 'first'}",
+          *common, ranks=ranks)  # fmt: skip
+    first = trained_keys(tmp_path / "first")
+    assert len(first) == ranks * steps * BATCH and {e for e, _ in first} == {0}
+    left = SAMPLES - len(first)
+    batches = -(-left // (ranks2 * workers2) // BATCH) * workers2  # per rank, to the end of the epoch
+    _, where = train(data, checkpoints, f"--steps={steps + batches + 1}", f"--workers={workers2}",
+                     f"--record-keys={tmp_path / 'second'}", *common, ranks=ranks2)  # fmt: skip
+    assert {r: s for r, (s, _, _) in where.items()} == dict.fromkeys(range(ranks2), steps)
+    epoch0 = [key for epoch, key in first + trained_keys(tmp_path / "second") if epoch == 0]
+    repeated = len(epoch0) - len(set(epoch0))
+    skipped = SAMPLES - len(set(epoch0))
+    assert (repeated, skipped) == (0, left % (ranks2 * workers2))
