@@ -29,18 +29,37 @@ def size_text(size: float) -> str:
     return f"{size:.0f} B" if unit == 0 else f"{size:.{1 if size >= 10 else 2}f} {UNITS[unit]}"
 
 
+def torn_steps(directory: str | os.PathLike[str]) -> list[int]:
+    """The steps of ``directory`` whose marker is there but unreadable (a flipped byte, a truncated write): torn,
+    not restorable. A step with no marker at all is one being written or deleted by retention (its marker goes
+    first), not torn."""
+    return sorted(
+        step
+        for name in os.listdir(directory)
+        if (step := layout.parse_step(name)) is not None
+        and (Path(directory, name) / layout.MARKER).exists()
+        and read_marker(Path(directory, name)) is None
+    )
+
+
 def listing(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Every committed step of ``directory`` (a step directory with a readable marker), oldest first."""
-    rows = []
+    """Every committed step of ``directory`` (a step directory with a readable marker) and every torn one (``torn``
+    true, its figures None), oldest first."""
+    rows: list[dict[str, Any]] = [
+        {"step": step, "torn": True, "committed_at": None, "bytes": None, "files": None, "world_size": None}
+        | {"run_id": None, "metrics": {}}
+        for step in torn_steps(directory)
+    ]
     for name in sorted(os.listdir(directory)):
         if layout.parse_step(name) is None:
             continue
         marker = read_marker(Path(directory, name))
         if marker is None:
-            continue  # torn, or being deleted by retention (its marker goes first)
+            continue  # torn (above), or being deleted by retention (its marker goes first)
         rows.append(
             {
                 "step": marker.step,
+                "torn": False,
                 "committed_at": marker.committed_at or None,
                 "bytes": sum(record.size for record in marker.files.values()),
                 "files": len(marker.files),
@@ -58,6 +77,9 @@ def table(directory: str | os.PathLike[str], rows: list[dict[str, Any]]) -> str:
         return f"no committed checkpoint in {directory}"
     lines = [f"{'step':>10}  {'committed (UTC)':<25}  {'size':>10}  {'files':>5}  {'ranks':>5}  metrics"]
     for row in rows:
+        if row["torn"]:
+            lines.append(f"{row['step']:>10}  TORN: its {layout.MARKER} marker is unreadable; not restorable")
+            continue
         metrics = " ".join(f"{name}={value:g}" for name, value in sorted(row["metrics"].items())) or "-"
         size = size_text(row["bytes"])
         when = row["committed_at"] or "unknown"
@@ -86,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, sort_keys=True), flush=True)
         return EXIT_OK
-    risk = progress_at_risk(args.directory, rows[-1]["step"] if rows else None)
+    committed = [row for row in rows if not row["torn"]]
+    risk = progress_at_risk(args.directory, committed[-1]["step"] if committed else None)
     print(table(args.directory, rows) + (f"\n{risk_line(risk)}" if risk else ""), flush=True)
     return EXIT_OK

@@ -4,7 +4,8 @@ It reads every file the newest committed step's ``COMPLETE`` marker lists and co
 ``torch.distributed.checkpoint`` step (a ``.metadata`` file) checks that every shard file DCP's global plan names
 is among them (when torch is installed). It changes nothing in DIR: the step is leased with a shared ``flock``
 when the lock file can be made, and on a read-only mount (no lock file possible) it checks instead that the step's
-marker is unchanged after the read. It prints one JSON line; on success it sets
+marker is unchanged after the read. A newest step whose marker is there but unreadable (torn, or a flipped byte) fails
+the test, naming it and the newest step that validates. It prints one JSON line; on success it sets
 ``ai_storage_checkpoint_restore_test_timestamp_seconds`` and, with ``--textfile``, writes it in Prometheus text
 format (for node-exporter's textfile collector or a push). A failed test leaves the textfile as it was, so the
 timestamp keeps the last success. Exit status: 0 ok, 1 the newest step is missing or refused, 2 bad arguments,
@@ -31,6 +32,7 @@ from ..cli_types import Directory, OutputFile
 from ..progress import Progress
 from . import layout
 from .commit import Marker, problems, read_marker
+from .listing import torn_steps
 from .locks import lock, unlock
 
 READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
@@ -97,6 +99,15 @@ def restore_test(directory: Path) -> dict[str, Any]:
     started = time.monotonic()
     committed = [s for n in os.listdir(directory) if (s := layout.parse_step(n)) is not None and _marked(directory, s)]
     result: dict[str, Any] = {"directory": str(directory), "step": None}
+    torn = torn_steps(directory)
+    if torn and (not committed or torn[-1] > max(committed)):
+        older = f"; the newest that validates is step {max(committed)}" if committed else ""
+        return {
+            **result,
+            "step": torn[-1],
+            "status": "failed",
+            "problems": [f"step {torn[-1]}: its {layout.MARKER} marker is unreadable (torn or corrupted){older}"],
+        }
     if not committed:
         return {**result, "status": "failed", "problems": [f"no committed checkpoint in {directory}"]}
     step = result["step"] = max(committed)

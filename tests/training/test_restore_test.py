@@ -84,6 +84,27 @@ def test_a_truncated_newest_step_is_not_skipped_for_an_older_one(checkpoints):
     assert status == 1 and result["step"] == 2 and "shard-0.bin: 10 bytes" in result["problems"][0]
 
 
+def test_a_flipped_byte_in_the_newest_marker_fails_naming_the_torn_step_and_list_shows_it(checkpoints):
+    marker = checkpoints.final_path(2) / layout.MARKER
+    flip_byte(marker, len(marker.read_bytes()) // 2)
+    status, result, _ = restore_test(checkpoints.directory)
+    assert status == 1 and result["status"] == "failed" and result["step"] == 2
+    assert result["problems"] == [
+        f"step 2: its {layout.MARKER} marker is unreadable (torn or corrupted); the newest that validates is step 1"
+    ]
+    listed = subprocess.run(
+        [sys.executable, "-m", "ai_storage_training", "list", str(checkpoints.directory)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=True,
+    )
+    rows = listed.stdout.splitlines()
+    assert rows[-1].split() == ["2", "TORN:", "its", layout.MARKER, "marker", "is", "unreadable;", "not", "restorable"]
+    assert rows[1].split()[0] == "1"  # the step that validates is listed as ever
+
+
 def test_a_directory_without_checkpoints_fails(tmp_path):
     status, result, _ = restore_test(tmp_path)
     assert status == 1 and result["problems"] == [f"no committed checkpoint in {tmp_path}"]
