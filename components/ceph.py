@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from .ceph_toolbox import ToolboxSettings
 from .common import versions
 from .sections import DnsLabel, Problem, Regex, Resources, Section
 
@@ -176,6 +177,8 @@ class RookCephSettings(Section):
     """What deleting the CephCluster does to hosts and disks."""
     resources: CephResources = CephResources()
     """Requests and limits of the operator and the Ceph daemons."""
+    toolbox: ToolboxSettings = ToolboxSettings()
+    """The Ceph toolbox Deployment (`rook-ceph-tools`) the docs' and runbooks' `ceph` commands run in."""
     snapshot_classes: bool = True
     """Make a VolumeSnapshotClass for the RBD and for the CephFS driver (each its driver's default), so claims on
     Ceph tiers can be snapshotted."""

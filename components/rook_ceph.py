@@ -18,6 +18,7 @@ import pulumi_kubernetes as k8s
 
 from .backends.object_stores.ceph_rgw import API, RgwGateway
 from .ceph import RookCephSettings, cluster_spec, filesystem_spec, object_store_spec, pool_spec
+from .ceph_toolbox import toolbox
 from .common import kube, versions
 from .node_storage import default_tolerations, with_node_tolerations
 from .storage_tiers import Tier, TierClass
@@ -233,6 +234,8 @@ class RookCeph(pulumi.ComponentResource):
                 endpoint=f"http://rook-ceph-rgw-{s.rgw.name}.{s.namespace}.svc:{s.rgw.port}",
                 depends_on=[operator, store],
             )
+        if s.toolbox.enabled:
+            toolbox(f"{name}-toolbox", ns.metadata.name, s.toolbox, self, [cluster])
         self.cluster_name = cluster.metadata["name"]
         self.register_outputs({"cluster_name": self.cluster_name, "filesystems": self.filesystems})
 

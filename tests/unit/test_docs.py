@@ -13,6 +13,7 @@ import pulumi
 import pytest
 
 from components.toolchain.render import ROOT
+from tests.conftest import STACKS, stack_settings
 
 DOCS = ROOT / "docs"
 COMPONENTS = {
@@ -78,3 +79,44 @@ def test_readme_links_every_component_page():
 def test_module_paths_the_docs_name_exist(doc):
     named = re.findall(r"`(components/[\w./-]+?)(?::\w+)?`", (ROOT / doc).read_text())
     assert not [p for p in named if not (ROOT / p).exists()], f"{doc} names paths that moved or never existed"
+
+
+def everything(result) -> list[dict]:
+    return [obj for objs in result.manifests.values() for obj in objs]
+
+
+EXEC = re.compile(r"kubectl(?: -n ([a-z0-9-]+))? exec(?: -it)? (deploy|deployment|statefulset|daemonset)/([a-z0-9-]+)")
+KINDS = {"deploy": "Deployment", "deployment": "Deployment", "statefulset": "StatefulSet", "daemonset": "DaemonSet"}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_workload_the_docs_exec_into_is_one_the_stack_renders(stack):
+    """A command at 3 am must find what it names: `kubectl -n rook-ceph exec deploy/rook-ceph-tools -- ceph status`
+    needs the toolbox Deployment (components/ceph_toolbox.py) in every stack with Ceph."""
+    from components.toolchain import render
+
+    result = render.rendering(stack, render.run(stack))
+    rendered = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in everything(result)}
+    named = {
+        (KINDS[kind], namespace or "default", name)
+        for path in [*(ROOT / "docs").glob("*.md"), ROOT / "README.md"]
+        for namespace, kind, name in EXEC.findall(path.read_text())
+    }
+    assert named
+    ceph = stack_settings(stack).rook_ceph.enabled
+    for kind, namespace, name in named:
+        if namespace == "rook-ceph" and not ceph:
+            continue
+        assert (kind, namespace, name) in rendered, (kind, namespace, name)
+
+
+def test_the_toolbox_is_a_setting_and_runs_restricted(render_stack):
+    from tests.admission.pod_security import violations
+
+    result, _ = render_stack("staging")
+    (tools,) = [o for o in everything(result) if o["metadata"]["name"] == "rook-ceph-tools"]
+    spec = tools["spec"]["template"]["spec"]
+    assert violations(spec, level="restricted") == []
+    assert spec["containers"][0]["image"].startswith("quay.io/ceph/ceph:v")
+    result, _ = render_stack("staging", rookCeph={"toolbox": {"enabled": False}})
+    assert all(o["metadata"]["name"] != "rook-ceph-tools" for o in everything(result))
