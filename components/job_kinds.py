@@ -178,6 +178,33 @@ def volcano_job_spec(job: JobSettings, where: PodContext) -> dict:
     }
 
 
+VOLCANO_JOB_LABELS = ("volcano.sh/job-name", "volcano.sh/job-namespace")
+"""Labels Volcano's job controller puts on a job's pods, which the ``svc`` plugin's NetworkPolicy selects."""
+
+
+def scrape_policy(job: JobSettings, namespace: str) -> dict[str, Any] | None:
+    """For a Volcano Job with the ``svc`` plugin: a NetworkPolicy letting Prometheus, from any namespace, reach
+    the metrics port of the job's pods. The plugin (pkg/controllers/job/plugins/svc/svc.go at v1.15.1) gives every
+    such job a policy of the job's name admitting only the job's own pods; NetworkPolicies add up, so this one
+    reopens the metrics port alone, and the step timer, goodput and "is the GPU fed" alerts keep their data."""
+    if job.kind != "volcano" or "svc" not in job.plugins:
+        return None
+    selected = dict(zip(VOLCANO_JOB_LABELS, (job.name, namespace), strict=True))
+    return {
+        "metadata": {"name": f"{job.name}-metrics", "namespace": namespace},
+        "spec": {
+            "podSelector": {"matchLabels": {**selected, **training.METRICS_LABELS}},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [{"namespaceSelector": {}}],
+                    "ports": [{"protocol": "TCP", "port": training.METRICS_PORT_NAME}],
+                }
+            ],
+        },
+    }
+
+
 def job_spec(job: JobSettings, where: PodContext) -> dict:
     """The ``spec`` of the job's kind."""
     if job.kind == "trainjob":

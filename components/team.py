@@ -32,7 +32,7 @@ from .checkpoints import (
     protect_checkpoints,
 )
 from .common import kube
-from .job_kinds import API, TRAINJOB_HINT, job_spec, train_job_spec, trainjob_webhook_errors
+from .job_kinds import API, TRAINJOB_HINT, job_spec, scrape_policy, train_job_spec, trainjob_webhook_errors
 from .jobs import JobSettings, Kind, PodContext
 from .namespace_rules import namespace_problem, platform_defaults
 from .sections import DnsLabel, Problem, Quantity, Section, validate
@@ -317,6 +317,8 @@ class TeamWorkspace(pulumi.ComponentResource):
             spec=spec,
             opts=pulumi.ResourceOptions(parent=self, depends_on=after),
         )
+        if (policy := scrape_policy(s.job, s.workspace.namespace)) is not None:  # Prometheus past the svc plugin
+            k8s.networking.v1.NetworkPolicy(f"{name}-metrics", **policy, opts=pulumi.ResourceOptions(parent=self))
         return job.metadata["name"]
 
     def _dataset(self, name: str, s: TeamSettings) -> k8s.core.v1.PersistentVolumeClaim | None:

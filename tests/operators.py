@@ -321,3 +321,21 @@ def resolved_env(
         elif "configMapKeyRef" in source and config_maps is not None:
             out[var["name"]] = config_maps[source["configMapKeyRef"]["key"]]
     return out
+
+
+def svc_network_policy(job: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The NetworkPolicy the svc plugin creates for a Volcano Job (``createNetworkPolicyIfNotExist``,
+    pkg/controllers/job/plugins/svc/svc.go at v1.15.1, unless the plugin has ``--disable-network-policy=true``): named
+    after the job, selecting its pods by ``volcano.sh/job-name`` and ``volcano.sh/job-namespace``, admitting ingress
+    only from those same pods."""
+    plugins = job["spec"].get("plugins") or {}
+    if "svc" not in plugins or "--disable-network-policy=true" in (plugins["svc"] or []):
+        return None
+    name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+    own = {"matchLabels": {"volcano.sh/job-name": name, "volcano.sh/job-namespace": namespace}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"podSelector": own, "ingress": [{"from": [{"podSelector": own}]}], "policyTypes": ["Ingress"]},
+    }

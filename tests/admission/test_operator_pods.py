@@ -104,3 +104,44 @@ def test_every_node_of_a_multi_node_job_meets_at_one_endpoint_with_its_own_rank(
     lead = next(p for p, v in zip(pods, views, strict=True) if v[1] == 0)
     names = {lead["metadata"]["name"], f"{lead['spec'].get('hostname')}.{lead['spec'].get('subdomain')}"}
     assert host in names  # the address is rank 0's own name (a Service of that name, or hostname.subdomain)
+
+
+# ---------------------------------------------------------------- Volcano's svc plugin and the metrics scrape
+
+VOLCANO_STACKS = [s for s in TEAM_STACKS if "volcano" in s]
+
+
+def network_view(pod: dict[str, Any]) -> Any:
+    from tests.kube_semantics import Pod
+
+    ports = {
+        p["name"]: p["containerPort"] for c in pod["spec"]["containers"] for p in c.get("ports", []) if "name" in p
+    }
+    return Pod(pod["metadata"]["namespace"], pod["metadata"].get("labels") or {}, named_ports=ports)
+
+
+@pytest.mark.parametrize("stack", VOLCANO_STACKS)
+def test_prometheus_reaches_a_volcano_jobs_metrics_under_the_svc_plugins_network_policy(as_installed, stack):
+    """After Volcano's job controller ran, the namespace holds the plugin's policy (only the job's own pods may
+    connect) and the platform's (the metrics port from any namespace): the scrape reaches every pod, nothing else
+    does."""
+    from components.training import METRICS_PORT
+    from tests.kube_semantics import Pod, allowed
+
+    rendered = team(stack)
+    job = the_job(rendered)
+    plugin = operators.svc_network_policy(job)
+    assert plugin is not None  # the team example's Volcano jobs use svc
+    policies = [plugin, *objects(rendered, "NetworkPolicy")]
+    prometheus = Pod("monitoring", {"app.kubernetes.io/name": "prometheus"})
+    stranger = Pod("other-team", {"app": "x"})
+    pods = pods_of(job, platform("dev"))
+    assert pods
+    for pod in pods:
+        target = network_view(pod)
+        assert allowed(policies, prometheus, target, METRICS_PORT), pod["metadata"]["name"]
+        assert not allowed(policies, stranger, target, 22)  # ssh and the rendezvous stay the job's own
+        assert not allowed(policies, stranger, target, 29500)
+        assert allowed(policies, network_view(pods[0]), target, 29500)  # the job's pods still meet
+    without_ours = [plugin]
+    assert not allowed(without_ours, prometheus, network_view(pods[0]), METRICS_PORT)  # why the platform adds one

@@ -80,10 +80,10 @@ def test_offsite_copies_use_what_the_platform_delivered_into_the_namespace(rende
 
 
 def test_every_object_of_the_example_conforms_to_upstream_schemas(render_team):
-    for stack, kind in (("dev", "TrainJob"), ("dev-volcano", "Job")):
+    for stack, job_kinds in (("dev", {"TrainJob"}), ("dev-volcano", {"Job", "NetworkPolicy"})):
         result, _ = render_team(stack)
         rendered = [o for objs in result.manifests.values() for o in objs]
-        kinds = {"PersistentVolumeClaim", "ServiceAccount", "Role", "RoleBinding", "CronJob", kind}
+        kinds = {"PersistentVolumeClaim", "ServiceAccount", "Role", "RoleBinding", "CronJob", *job_kinds}
         assert {o["kind"] for o in rendered} == kinds
         for obj in rendered:
             assert validate_object(obj, "1.33") == [], obj["kind"]
