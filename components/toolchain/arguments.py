@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -52,12 +53,17 @@ def project_dir(text: str) -> Path:
     return path
 
 
-def _document(text: str, load: Callable[[str], Any], kind: str) -> Any:
+def _document(text: str, load: Callable[[str], Any], kind: str, pipes: bool = False) -> Any:
+    """The mapping a file holds; with ``pipes``, also what a pipe gives (``<(...)``, a FIFO, ``-``: standard input),
+    read once."""
     path = Path(text)
-    if not path.is_file():
-        raise _bad(f"a {kind} file", text, _what(path))
+    readable = path.is_file() or (pipes and (text == "-" or (path.exists() and not path.is_dir())))
+    if not readable:
+        raise _bad(f"a {kind} file{' or pipe' if pipes else ''}", text, _what(path))
     try:
-        data = load(path.read_text())
+        data = load(sys.stdin.read() if text == "-" else path.read_text())
+    except OSError as error:
+        raise _bad(f"a readable {kind} file", text, error.strerror or str(error)) from None
     except (ValueError, yaml.YAMLError, UnicodeDecodeError):
         raise _bad(f"a {kind} file", text, f"not {kind}") from None
     if not isinstance(data, dict):
@@ -72,8 +78,9 @@ def stack_file(text: str) -> Path:
 
 
 def stack_outputs(text: str) -> dict[str, Any]:
-    """A JSON object of stack outputs (``pulumi stack output --json``)."""
-    data: dict[str, Any] = _document(text, json.loads, "JSON")
+    """A JSON object of stack outputs (``pulumi stack output --json``), from a file, a pipe (``<(pulumi stack output
+    --json)``) or standard input (``-``)."""
+    data: dict[str, Any] = _document(text, json.loads, "JSON", pipes=True)
     return data
 
 

@@ -5,6 +5,7 @@ written whole or not at all."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -155,3 +156,32 @@ def test_settings_that_fail_write_nothing(tmp_path, capsys):
 def test_a_diff_between_two_render_folders_still_runs(tmp_path, capsys):
     folder = render_folder(tmp_path)
     assert main(["diff", folder, folder]) == 0
+
+
+def test_stack_outputs_come_from_a_pipe_as_a_shell_gives_them(tmp_path):
+    """`--stack-outputs <(pulumi stack output --json)`: the shell passes /dev/fd/N, a pipe; and `-` reads stdin."""
+    from components.toolchain.arguments import stack_outputs
+
+    outputs = {"metadataEngine": "redis"}
+    read, write = os.pipe()
+    os.write(write, json.dumps(outputs).encode())
+    os.close(write)
+    try:
+        assert stack_outputs(f"/dev/fd/{read}") == outputs
+    finally:
+        os.close(read)
+    fifo = tmp_path / "outputs"
+    os.mkfifo(fifo)
+    writer = subprocess.Popen(["sh", "-c", f"echo '{json.dumps(outputs)}' > {fifo}"])
+    assert stack_outputs(str(fifo)) == outputs
+    writer.wait(timeout=30)
+    done = subprocess.run(
+        [sys.executable, "-c", "from components.toolchain.arguments import stack_outputs as s; print(s('-'))"],
+        input=json.dumps(outputs),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.strip() == str(outputs)
