@@ -19,7 +19,7 @@ from components.metadata_engine import (
 )
 from components.sections import Resources, SettingsError
 from components.settings import load_settings
-from components.toolchain import mock_engine
+from components.toolchain import mock_engine, render
 from components.toolchain.cli import main
 from tests.conftest import by_name, objects
 
@@ -421,7 +421,13 @@ def test_elasticache_is_watched_by_cloudwatch_alarms_per_node(build):
     assert len(nodes) == 3 and all(n.endswith(("-001", "-002", "-003")) for n in nodes)  # <group id>-00N
     memory = sorted(a["threshold"] for a in alarms.values() if a["metricName"] == "DatabaseMemoryUsagePercentage")
     assert memory == [85, 85, 85, 95, 95, 95]
-    assert sum(a["metricName"] == "ReplicationLag" for a in alarms.values()) == 2  # the replicas
+    lag = [a for a in alarms.values() if a["metricName"] == "ReplicationLag"]
+    assert {a["dimensions"]["CacheClusterId"] for a in lag} == nodes  # every member: a failover swaps the roles
+    runbook = "https://github.com/ai-storage-platform/ai-storage-platform/blob/v0.2.0/docs/alerts.md"
+    assert all(
+        a["alarmDescription"].endswith(f"runbook: {runbook}#elasticache-cloudwatch-alarms") for a in alarms.values()
+    )
+    assert "## ElastiCache CloudWatch alarms" in (render.ROOT / "docs" / "alerts.md").read_text()
     assert sum(a["metricName"] == "EngineCPUUtilization" for a in alarms.values()) == 3
     assert all(
         a["alarmActions"] == [topic] == a["okActions"] and a["namespace"] == "AWS/ElastiCache" for a in alarms.values()

@@ -104,6 +104,10 @@ def elasticache_engine(
     return MetadataEndpoint(pulumi.Output.secret(url), host)
 
 
+RUNBOOK = f"{versions.DOCS_URL}/alerts.md#elasticache-cloudwatch-alarms"
+"""Where each alarm's description sends the person it pages (docs/alerts.md, this release)."""
+
+
 def alarms(name: str, group_id: pulumi.Input[str], e: ElastiCacheSettings, opts: pulumi.ResourceOptions) -> list[Any]:
     """The CloudWatch alarms of each node of the group (see the module's docs)."""
     import pulumi_aws as aws
@@ -116,14 +120,15 @@ def alarms(name: str, group_id: pulumi.Input[str], e: ElastiCacheSettings, opts:
             ("memory-warning", "DatabaseMemoryUsagePercentage", warning, 5),
             ("memory-critical", "DatabaseMemoryUsagePercentage", critical, 5),
             ("cpu", "EngineCPUUtilization", e.cpu_alarm_percent, 15),
+            # every member: after a failover any of them may be a replica (the primary reports no lag: missing data)
+            ("replication-lag", "ReplicationLag", e.replication_lag_alarm_seconds, 5),
         ]
-        if index > 1:  # the nodes after the first start as replicas (a failover swaps roles; the lag is 0 then)
-            checks.append(("replication-lag", "ReplicationLag", e.replication_lag_alarm_seconds, 5))
         for check, metric, threshold, minutes in checks:
             made.append(
                 aws.cloudwatch.MetricAlarm(
                     f"{name}-{index:03d}-{check}",
-                    alarm_description=f"JuiceFS metadata (ElastiCache) node {index:03d}: {metric} above {threshold:g}",
+                    alarm_description=f"JuiceFS metadata (ElastiCache) node {index:03d}: {metric} above {threshold:g}; "
+                    f"runbook: {RUNBOOK}",
                     namespace="AWS/ElastiCache",
                     metric_name=metric,
                     dimensions={"CacheClusterId": node},
