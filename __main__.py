@@ -41,6 +41,7 @@ if settings.volcano.enabled:
     capability = {t.name: t.queue.capability.spec() if t.queue.capability else None for t in settings.teams.workspaces}
     pulumi.export("teamQueues", capability)
 if platform.metadata is not None:
+    pulumi.export("juicefsVolume", settings.juicefs.volume_name)  # the diff blocks a rename (its data stays)
     pulumi.export("metadataEngine", platform.metadata.engine)
     pulumi.export("metadataFlavor", platform.metadata.flavor)
     pulumi.export("metadataService", platform.metadata.host)

@@ -13,6 +13,7 @@ from .diff_rules import NEW_VOLUMES_ONLY, RELEASE, changed_leaves, field_text, v
 
 RUNBOOK_ENGINE = "docs/runbook.md#move-the-metadata-to-another-engine"
 RUNBOOK_CHART = "docs/runbook.md#upgrade-a-chart"
+RUNBOOK_VOLUME = "docs/runbook.md#rename-the-juicefs-volume"
 
 CHART_NOTES = {
     "juicefs-csi-driver": "https://github.com/juicedata/juicefs-csi-driver/releases",
@@ -79,6 +80,40 @@ def data_notes(
         change.notes.append("deleted, then created under the same name: meanwhile the name resolves to nothing")
     elif change.action == "replace" and kind == "Job":
         change.notes.append("deleted, then created under the same name: the Job runs again")
+    if kind == "StorageClass" and _gains(old, new, "writeback"):
+        change.moves_data = True  # not a move: acknowledged writes that can be lost
+        change.notes.append(
+            "mount option `writeback` turned on: JuiceFS acknowledges a write once it is in the node's cache and "
+            "uploads it later; the cache is on the node's own disk, so a node that is replaced or loses its disk "
+            "before the upload (EKS replaces nodes routinely; instance store is wiped on stop) loses writes the job "
+            "was told were done. Acknowledge it in cluster.acknowledgeReplacements only for data you can recreate"
+        )
+
+
+def _gains(old: dict[str, Any] | None, new: dict[str, Any] | None, option: str) -> bool:
+    """Whether a StorageClass's ``mountOptions`` gain ``option``."""
+    before = (old or {}).get("inputs", {}).get("mountOptions") or []
+    after = (new or {}).get("inputs", {}).get("mountOptions") or []
+    return old is not None and option in after and option not in before
+
+
+def volume_changes(base: Render, head: Render) -> list[Change]:
+    """A JuiceFS volume renamed (``juicefs.volumeName``, the stack output ``juicefsVolume``): the volume's keys move
+    to the new name's prefix while every block stays under the old one, so every read and write stops."""
+    before = (base.outputs or {}).get("juicefsVolume")
+    after = (head.outputs or {}).get("juicefsVolume")
+    if not before or not after or before == after:
+        return []
+    change = Change(f"JuiceFSVolume/{after}", "ai-storage:juicefs:Volume", after, "update", moves_data=True)
+    change.fields, change.values = ["juicefs.volumeName"], [f"`juicefs.volumeName` {before} -> {after}"]
+    change.notes.append(
+        f"the cold tier's volume is renamed {before} -> {after}: the volume Secret's `name` and the object-store "
+        f"keys' prefix (IAM policy or MinIO/RGW user) move to `{after}/` while every existing block stays under "
+        f"`{before}/` and the metadata still names `{before}`: after `pulumi up` every mount gets AccessDenied and "
+        f"every cold-tier read and write stops. Keep `volumeName: {before}`; to really move the data, follow "
+        f"{RUNBOOK_VOLUME} and then acknowledge `JuiceFSVolume/{after}` in cluster.acknowledgeReplacements"
+    )
+    return [change]
 
 
 def _gone(change: Change) -> bool:

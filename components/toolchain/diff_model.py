@@ -29,7 +29,8 @@ class Change:
     holds_data: bool = False
     acknowledged: bool = False
     moves_data: bool = False
-    """An update that moves the data it holds (a Ceph pool onto OSDs of another device class)."""
+    """An update that moves the data it holds, stops its I/O or can lose acknowledged writes (a Ceph pool's CRUSH
+    rule, a JuiceFS volume renamed, writeback turned on): it blocks until acknowledged, like a replace."""
 
     @property
     def blocking(self) -> bool:

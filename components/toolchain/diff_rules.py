@@ -241,12 +241,16 @@ def holds_data(r: dict[str, Any], render: Render) -> bool:
 
 
 AWS_ELASTICACHE = "https://github.com/hashicorp/terraform-provider-aws/blob/main/internal/service/elasticache"
-CEPH_DEVICE_CLASS_FIELDS = {
-    "CephBlockPool": (".spec.deviceClass",),
-    "CephFilesystem": (".spec.metadataPool.deviceClass", ".spec.dataPools[*].deviceClass"),
-    "CephObjectStore": (".spec.metadataPool.deviceClass", ".spec.dataPool.deviceClass"),
+CEPH_PLACEMENT_FIELDS = {
+    kind: tuple(f"{pool}.{field}" for pool in pools for field in ("deviceClass", "failureDomain"))
+    for kind, pools in {
+        "CephBlockPool": (".spec",),
+        "CephFilesystem": (".spec.metadataPool", ".spec.dataPools[*]"),
+        "CephObjectStore": (".spec.metadataPool", ".spec.dataPool"),
+    }.items()
 }
-"""The fields that say which OSDs (CRUSH device class) hold a Ceph pool's objects."""
+"""The fields of a Ceph pool's CRUSH rule: which OSDs (device class) hold its objects and across what they are
+spread (failure domain). Changing either makes Rook set a new rule, and Ceph moves the pool's objects to meet it."""
 
 
 def _version(text: Any) -> tuple[int, ...]:
@@ -272,9 +276,10 @@ def conditional_replaces(typ: str, leaves: list[tuple[tuple[Any, ...], Any, Any]
 
 
 def data_moves(r: dict[str, Any], leaves: list[tuple[tuple[Any, ...], Any, Any]]) -> list[str]:
-    """The device-class changes of a Ceph pool in ``leaves``, as ``field old -> new``: Ceph moves every object."""
+    """The CRUSH rule changes of a Ceph pool in ``leaves`` (device class, failure domain), as ``field old -> new``:
+    Ceph moves the pool's objects."""
     kind = r["inputs"].get("kind") if r["type"].startswith("kubernetes:") else None
-    fields = CEPH_DEVICE_CLASS_FIELDS.get(kind or "", ())
+    fields = CEPH_PLACEMENT_FIELDS.get(kind or "", ())
     return [
         f"`{field_text(p)}` {value_text(a)} -> {value_text(b)}"
         for p, a, b in leaves

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..settings import PROJECT, decode, load_settings
-from .data_notes import chart_notes, data_notes, engine_notes, namespace_deletion_notes
+from .data_notes import chart_notes, data_notes, engine_notes, namespace_deletion_notes, volume_changes
 from .diff_model import Change, Render, StackDiff, load_render, resource_id
 from .diff_rules import (
     changed_leaves,
@@ -87,9 +87,11 @@ def diff_stack(stack: str, base: Render, head: Render, acknowledged: list[str]) 
             if moved := data_moves(new, leaves):
                 change.moves_data = True
                 change.notes.append(
-                    f"{', '.join(moved)}: Ceph moves every object of the pool onto OSDs of the new class (hours of "
-                    "recovery I/O beside training); with no OSD of that class the pool's placement groups stay "
-                    "inactive and its I/O stops (check `ceph osd crush class ls` first). Acknowledge it in "
+                    f"{', '.join(moved)}: the pool's CRUSH rule changes and Ceph moves its objects to meet it (a new "
+                    "device class: every object, onto OSDs of that class; a new failure domain: copies re-spread "
+                    "across hosts, racks or zones), hours of recovery I/O beside training. With no OSD of the class, "
+                    "or fewer failure domains than copies, the placement groups stay inactive and the pool's I/O "
+                    "stops (check `ceph osd crush class ls` and `ceph osd tree` first). Acknowledge it in "
                     "cluster.acknowledgeReplacements"
                 )
             if change.action == "update":
@@ -100,6 +102,9 @@ def diff_stack(stack: str, base: Render, head: Render, acknowledged: list[str]) 
         change.holds_data = holds_data(old or r, base if old else head)
         change.acknowledged = change.id in acknowledged
         data_notes(change, old, new, base, head)
+        out.changes.append(change)
+    for change in volume_changes(base, head):
+        change.acknowledged = change.id in acknowledged
         out.changes.append(change)
     namespace_deletion_notes(out.changes)
     out.notes += chart_notes(base, head) + engine_notes(base, head)

@@ -447,7 +447,7 @@ def aws(typ: str, name: str, **inputs: Any) -> dict[str, Any]:
 def test_a_ceph_pool_moved_to_another_device_class_blocks_until_acknowledged():
     moved = one(POOL, changed(POOL, (("spec", "deviceClass"), "nvme")))
     assert moved.action == "update" and moved.moves_data and moved.blocking
-    assert '`.spec.deviceClass` "ssd" -> "nvme": Ceph moves every object' in moved.notes[-1]
+    assert '`.spec.deviceClass` "ssd" -> "nvme": the pool\'s CRUSH rule changes and Ceph moves' in moved.notes[-1]
     assert "placement groups stay inactive" in moved.notes[-1]
     assert not one(
         POOL, changed(POOL, (("spec", "deviceClass"), "nvme")), ["CephBlockPool/rook-ceph/replicapool"]
@@ -456,6 +456,45 @@ def test_a_ceph_pool_moved_to_another_device_class_blocks_until_acknowledged():
     assert data.moves_data and data.blocking
     replicas = one(POOL, changed(POOL, (("spec", "replicated"), {"size": 2})))
     assert not replicas.moves_data
+
+
+def test_a_ceph_pool_spread_over_another_failure_domain_blocks_like_a_device_class_change():
+    pool = changed(POOL, (("spec", "failureDomain"), "zone"))
+    moved = one(pool, changed(pool, (("spec", "failureDomain"), "host")))
+    assert moved.moves_data and moved.blocking
+    assert '`.spec.failureDomain` "zone" -> "host"' in moved.notes[-1] and "fewer failure domains" in moved.notes[-1]
+    fs = changed(FS, (("spec", "dataPools"), [{"name": "data", "deviceClass": "ssd", "failureDomain": "host"}]))
+    spread = [{"name": "data", "deviceClass": "ssd", "failureDomain": "zone"}]
+    assert one(fs, changed(fs, (("spec", "dataPools"), spread))).blocking
+    acknowledged = ["CephBlockPool/rook-ceph/replicapool"]
+    assert not one(pool, changed(pool, (("spec", "failureDomain"), "host")), acknowledged).blocking
+
+
+def test_turning_on_writeback_blocks_it_can_lose_acknowledged_writes():
+    on = one(COLD, changed(COLD, (("mountOptions",), [*COLD["inputs"].get("mountOptions", []), "writeback"])))
+    assert on.moves_data and on.blocking and "loses writes the job was told were done" in on.notes[-1]
+    off = changed(COLD, (("mountOptions",), [*COLD["inputs"].get("mountOptions", []), "writeback"]))
+    assert not one(off, COLD).blocking  # turning it off is safe
+
+
+def test_renaming_the_juicefs_volume_blocks_every_read_would_stop(render_stack, tmp_path):
+    from components.toolchain import render as render_module
+
+    before, _ = render_stack("eks-gpu-prod")
+    after, _ = render_stack("eks-gpu-prod", juicefs={"volumeName": "ai-datasets-v2"})
+    old, new = tmp_path / "old", tmp_path / "new"
+    render_module.write(before, old)
+    render_module.write(after, new)
+    diff = plan_diff.diff_stack("eks-gpu-prod", plan_diff.load_render(old), plan_diff.load_render(new), [])
+    (renamed,) = [c for c in diff.blocking if c.id == "JuiceFSVolume/ai-datasets-v2"]
+    assert (
+        "every cold-tier read and write stops" in renamed.notes[0]
+        and "Keep `volumeName: ai-datasets`" in renamed.notes[0]
+    )
+    acknowledged = plan_diff.diff_stack(
+        "eks-gpu-prod", plan_diff.load_render(old), plan_diff.load_render(new), ["JuiceFSVolume/ai-datasets-v2"]
+    )
+    assert [c.id for c in acknowledged.blocking if c.id.startswith("JuiceFSVolume/")] == []
 
 
 def test_an_elasticache_engine_change_is_a_replace_except_redis_to_valkey():
