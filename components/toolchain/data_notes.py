@@ -70,7 +70,8 @@ def data_notes(
     r = new or old
     assert r is not None
     kind = r["inputs"].get("kind") if r["type"].startswith("kubernetes:") else None
-    change.notes += _protection_notes(change)
+    if not unprotected(change, old, new):  # lifted: the protection notes would say the opposite
+        change.notes += _protection_notes(change)
     change.notes += _loss_notes(change, kind, r["inputs"], base)
     if kind == "Secret" and change.action in ("replace", "update") and new is not None:
         change.notes += _secret_notes(change, secret_consumers(new["inputs"], head))
@@ -118,6 +119,22 @@ def volume_changes(base: Render, head: Render) -> list[Change]:
 
 def _gone(change: Change) -> bool:
     return change.action in ("replace", "delete")
+
+
+def unprotected(change: Change, old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
+    """A resource whose ``protect`` or ``retainOnDelete`` is lifted blocks until acknowledged: from this update on,
+    a replace or delete (a setting's change, ``pulumi destroy``) takes it and its data without a further word."""
+    lifted = [o for o in ("protect", "retainOnDelete") if old and new and old.get(o) and not new.get(o)]
+    if not lifted:
+        return False
+    change.moves_data = True  # not a move: the guard against losing it goes
+    change.notes.append(
+        f"{' and '.join(f'`{o}`' for o in lifted)} lifted: no longer protected; from this update on a replace or "
+        "delete (a later setting change, a removed component, `pulumi destroy`) takes it"
+        + (" and the data it holds" if change.holds_data else "")
+        + " without stopping. Acknowledge it in cluster.acknowledgeReplacements"
+    )
+    return True
 
 
 def _protection_notes(change: Change) -> list[str]:

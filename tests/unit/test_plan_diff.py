@@ -497,6 +497,19 @@ def test_renaming_the_juicefs_volume_blocks_every_read_would_stop(render_stack, 
     assert [c.id for c in acknowledged.blocking if c.id.startswith("JuiceFSVolume/")] == []
 
 
+def test_lifting_protection_blocks_and_the_note_says_it_is_no_longer_protected():
+    kept = changed(CLAIM)
+    kept["protect"] = kept["retainOnDelete"] = True
+    lifted = copy.deepcopy(kept)
+    lifted["protect"] = lifted["retainOnDelete"] = False
+    change = one(kept, lifted)
+    assert change.action == "update" and change.blocking and change.fields == ["(protect)", "(retainOnDelete)"]
+    assert change.notes[0].startswith("`protect` and `retainOnDelete` lifted: no longer protected")
+    assert not any(n.startswith("protected:") for n in change.notes)
+    assert not one(kept, lifted, [change.id]).blocking
+    assert not one(lifted, kept).blocking  # protecting is safe
+
+
 def test_an_elasticache_engine_change_is_a_replace_except_redis_to_valkey():
     group = aws("aws:elasticache/replicationGroup:ReplicationGroup", "meta", engine="valkey", engineVersion="8.1")
     back = one(group, changed(group, (("engine",), "redis"), (("engineVersion",), "7.1")))
