@@ -123,6 +123,8 @@ def test_kill_9_of_any_rank_at_any_moment_never_commits_a_step_lacking_a_shard(t
     chance = random.Random(3)
     for iteration in range(8):
         _, ranks = start(tmp_path, 3, last=10_000, timeout=5)
+        for rank in ranks:  # every rank is saving (on a busy CPU, starting Python alone can take a second or more)
+            assert rank.stdout is not None and rank.stdout.readline().startswith("resumed"), rank.stderr
         time.sleep(chance.uniform(0.3, 1.5))
         victims = [chance.randrange(3)] if iteration % 2 else [0, 1, 2]
         for victim in victims:
