@@ -8,6 +8,7 @@ import types
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
 
 
 def leaf_keys(model: type[BaseModel], prefix: str = "", defaults: Any = None) -> list[tuple[str, Any, Any]]:
@@ -109,7 +110,8 @@ def _key_table(model: type[BaseModel]) -> list[str]:
             default = [d.model_dump(by_alias=True) if isinstance(d, BaseModel) else d for d in default]
         elif isinstance(default, dict):
             default = {k: v.model_dump(by_alias=True) if isinstance(v, BaseModel) else v for k, v in default.items()}
-        text = "required" if info.is_required() else json.dumps(default, default=str).replace("|", "\\|")
+        # required on its class but set by the enclosing section's default (an alert's levels): that value
+        text = "required" if default is PydanticUndefined else json.dumps(default, default=str).replace("|", "\\|")
         about = " ".join((info.description or "").split())
         lines.append(f"| `{key}` | {_type_text(info.annotation)} | `{text}` | {about} |")
     return lines

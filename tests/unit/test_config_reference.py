@@ -539,3 +539,15 @@ def test_entries_of_lists_have_their_own_tables():
     team = items.split("### TeamNamespace", 1)[1].split("###", 1)[0]
     assert "| `artifacts` | bool | `true` |" in team and "| `artifactReaders` | list[str] | `[]` |" in team
     assert "PydanticUndefined" not in page
+
+
+def test_the_reference_shows_the_value_a_setting_has_when_unset_not_required():
+    """A key required on its own class but set by its section's default (an alert's warning and critical levels)
+    shows that default; `required` is left for keys of list entries, which have none."""
+    text = (ROOT / "docs" / "config.md").read_text()
+    keys = text[: text.index("## Items of lists and mappings")]
+    assert "| `required` |" not in keys
+    row = next(
+        line for line in keys.splitlines() if line.startswith("| `monitoring.rules.thresholds.readLatencyMs.critical`")
+    )
+    assert "| `500.0` |" in row
