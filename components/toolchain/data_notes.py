@@ -14,6 +14,7 @@ from .diff_rules import NEW_VOLUMES_ONLY, RELEASE, changed_leaves, field_text, v
 RUNBOOK_ENGINE = "docs/runbook.md#move-the-metadata-to-another-engine"
 RUNBOOK_CHART = "docs/runbook.md#upgrade-a-chart"
 RUNBOOK_VOLUME = "docs/runbook.md#rename-the-juicefs-volume"
+ELASTICACHE_GROUP = "aws:elasticache/replicationGroup:ReplicationGroup"
 
 CHART_NOTES = {
     "juicefs-csi-driver": "https://github.com/juicedata/juicefs-csi-driver/releases",
@@ -81,6 +82,15 @@ def data_notes(
         change.notes.append("deleted, then created under the same name: meanwhile the name resolves to nothing")
     elif change.action == "replace" and kind == "Job":
         change.notes.append("deleted, then created under the same name: the Job runs again")
+    if (
+        r["type"] == ELASTICACHE_GROUP
+        and change.action == "update"
+        and not (new or r)["inputs"].get("applyImmediately")
+    ):
+        change.notes.append(
+            "ElastiCache applies this in the replication group's next maintenance window, not during `pulumi up` "
+            "(metadata.elasticache.applyImmediately: false); until then the group runs as before"
+        )
     if kind == "StorageClass" and _gains(old, new, "writeback"):
         change.moves_data = True  # not a move: acknowledged writes that can be lost
         change.notes.append(

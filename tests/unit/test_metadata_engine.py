@@ -427,6 +427,8 @@ def test_elasticache_is_watched_by_cloudwatch_alarms_per_node(build):
     assert all(
         a["alarmDescription"].endswith(f"runbook: {runbook}#elasticache-cloudwatch-alarms") for a in alarms.values()
     )
+    (group,) = [r.inputs for r in monitor.registrations if r.type.endswith("ReplicationGroup")]
+    assert group["applyImmediately"] is False and group["finalSnapshotIdentifier"] == "meta-final"
     assert "## ElastiCache CloudWatch alarms" in (render.ROOT / "docs" / "alerts.md").read_text()
     assert sum(a["metricName"] == "EngineCPUUtilization" for a in alarms.values()) == 3
     assert all(

@@ -519,6 +519,13 @@ def test_an_elasticache_engine_change_is_a_replace_except_redis_to_valkey():
     forward = dict(group, inputs={"engine": "redis", "engineVersion": "7.1"})
     upgrade = one(forward, changed(forward, (("engine",), "valkey"), (("engineVersion",), "8.1")))
     assert upgrade.action == "update"
+    assert any(
+        n.startswith("ElastiCache applies this in the replication group's next maintenance window")
+        for n in upgrade.notes
+    )
+    now = dict(forward, inputs={**forward["inputs"], "applyImmediately": True})
+    at_once = one(now, changed(now, (("nodeType",), "cache.r7g.xlarge")))
+    assert not any("maintenance window" in n for n in at_once.notes)
     params = aws("aws:elasticache/parameterGroup:ParameterGroup", "params", family="valkey8")
     assert one(params, changed(params, (("family",), "redis7"))).action == "replace"
 

@@ -52,6 +52,11 @@ class ElastiCacheSettings(Section):
     """Redis engine thread CPU at which the CPU alarm fires (15 minutes above it), %."""
     replication_lag_alarm_seconds: float = Field(30.0, gt=0, le=3600)
     """A replica's lag behind the primary at which its alarm fires (5 minutes above it), s."""
+    apply_immediately: bool = False
+    """Apply a change (node type, engine version, parameters) at once, restarting nodes now; off: AWS applies it in
+    the group's next maintenance window (the diff says so)."""
+    final_snapshot: bool = True
+    """Take a snapshot `<name>-final` when the replication group is deleted (a replace or a destroy)."""
 
     def problems(self) -> list[Problem]:
         """The critical memory level is above the warning level."""
@@ -95,6 +100,8 @@ def elasticache_engine(
         security_group_ids=e.security_group_ids,
         snapshot_retention_limit=e.snapshot_retention_days,
         snapshot_window=e.snapshot_window,
+        apply_immediately=e.apply_immediately,
+        final_snapshot_identifier=f"{name}-final" if e.final_snapshot else None,
         port=PORT,
         opts=kube.stateful(parent, protect),
     )
