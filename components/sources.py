@@ -14,8 +14,41 @@ from pydantic import Field
 from .common import versions
 from .sections import Problem, Section
 
-_PINNED_REF = re.compile(r"(/tree/|[?&]ref=)(?!(main|master|HEAD|latest)\b)[^/?&]+")
-_REMOTE = re.compile(r"^(https?://|ssh://|git@|git::)")
+_REMOTE = re.compile(r"^(git::)?(https?://|ssh://|git@)")
+_BRANCHES = ("main", "master", "HEAD", "latest")
+
+
+def repo_spec(url: str) -> tuple[str, str, str, str]:
+    """(host, repository, kustomization root, ref) of a remote kustomize target, split as kustomize's own parser
+    splits it (``NewRepoSpecFromURL``, api/internal/git/repospec.go, which ``kustomize.v2.Directory`` hands the URL
+    to): the query's ``ref`` (or ``version``); then the repository ends at ``_git/<repo>``, at ``//`` or at ``.git``,
+    else after two segments (``org/repo``); the rest is the directory built. ValueError when it cannot be split."""
+    rest, _, query = url.partition("?")
+    params = dict(p.partition("=")[::2] for p in query.split("&") if p)
+    ref = params.get("ref") or params.get("version") or ""
+    rest = rest.removeprefix("git::")
+    host = re.match(r"^(https?://[^/]+/|ssh://[^/]+/|git@[^:/]+[:/])", rest)
+    if host is None:
+        raise ValueError("no host (https://, ssh:// or git@)")
+    path = rest[host.end() :]
+    if "_git/" in path:
+        before, after = path.split("_git/", 1)
+        repo, _, root = after.partition("/")
+        repo = f"{before}_git/{repo}"
+    elif "//" in path:
+        repo, root = path.split("//", 1)
+    elif ".git" in path:
+        at = path.index(".git") + len(".git")
+        repo, root = path[:at], path[at:]
+    else:
+        parts = path.split("/")
+        if len(parts) < 2:
+            raise ValueError("no <org>/<repo> after the host")
+        repo, root = "/".join(parts[:2]), "/".join(parts[2:])
+    root = root.strip("/")
+    if not repo or root == ".." or root.startswith("../"):
+        raise ValueError("no repository, or a path out of it")
+    return host.group(0), repo, root, ref
 
 
 class KustomizeSources(Section):
@@ -29,16 +62,27 @@ class KustomizeSources(Section):
     """Kubeflow's v1 training operator, standalone overlay (with `training-operator-v1` in `training.operators`)."""
 
     def problems(self) -> list[Problem]:
-        """A URL must name a tag or commit (a branch moves); a local directory must exist."""
+        """A URL must be one kustomize parses, at a tag or commit (a branch moves); a local directory must exist."""
         found = []
+        expected = "expected a URL at a tag or commit in kustomize's form (<host>/<org>/<repo>//<path>?ref=<tag>)"
         for key, where in self.model_dump(by_alias=True).items():
-            if _REMOTE.match(where) and not _PINNED_REF.search(where):
-                expected = "expected a URL at a tag or commit (.../tree/<tag>/..., or ?ref=<tag>)"
-                found.append(Problem(key, expected, where, "a branch moves under the stack; pin the mirror's tag"))
-            elif not _REMOTE.match(where) and not Path(where).is_dir():
-                expected = "expected a URL at a tag or commit, or an existing directory"
-                hint = "a local path is read on the machine running Pulumi, relative to the project directory"
+            if not _REMOTE.match(where):
+                if not Path(where).is_dir():
+                    expected_dir = "expected a URL at a tag or commit, or an existing directory"
+                    hint = "a local path is read on the machine running Pulumi, relative to the project directory"
+                    found.append(Problem(key, expected_dir, where, hint))
+                continue
+            try:
+                host, repo, root, ref = repo_spec(where)
+            except ValueError as why:
+                found.append(Problem(key, expected, where, f"kustomize cannot split it: {why}"))
+                continue
+            if root.startswith("tree/"):  # GitHub's web form: kustomize would build a directory named tree/<tag>
+                tag, _, path = root.removeprefix("tree/").partition("/")
+                hint = f"kustomize reads no /tree/<tag>/ (a web page's form); write {host}{repo}//{path}?ref={tag}"
                 found.append(Problem(key, expected, where, hint))
+            elif not ref or ref in _BRANCHES:
+                found.append(Problem(key, expected, where, "a branch moves under the stack; pin the mirror's tag"))
         return found
 
 

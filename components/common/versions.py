@@ -50,7 +50,7 @@ DCGM_EXPORTER_IMAGE_TAG = "4.5.3-4.8.2-distroless"
 KUBEFLOW_TRAINER = ChartPin("kubeflow-trainer", "2.3.0", "oci://ghcr.io/kubeflow/charts", "kubeflow-trainer")
 # Kubeflow Trainer v1 (training-operator) has no chart: the pinned kustomize overlay, and the operator image
 # that overlay sets at that tag (overlays/standalone `images: newTag`).
-TRAINING_OPERATOR_V1_KUSTOMIZE = "https://github.com/kubeflow/trainer/tree/v1.9.4/manifests/overlays/standalone"
+TRAINING_OPERATOR_V1_KUSTOMIZE = "https://github.com/kubeflow/trainer//manifests/overlays/standalone?ref=v1.9.4"
 TRAINING_OPERATOR_V1_IMAGE = "ghcr.io/kubeflow/training-v1/training-operator:v1-93c5489"
 # The image of the `init-pytorch` init container the v1 operator adds to PyTorchJob workers (it waits for the
 # master's DNS name with nslookup); upstream's default is alpine:3.10, long out of support.
@@ -58,9 +58,9 @@ TRAINING_OPERATOR_V1_INIT_IMAGE = "docker.io/library/alpine:3.22.2"
 
 # CSI snapshot CRDs and snapshot-controller (external-snapshotter has no chart): the upstream kustomize
 # directories at a pinned tag; the controller image is the one that tag's manifests name.
-EXTERNAL_SNAPSHOTTER_CRDS = "https://github.com/kubernetes-csi/external-snapshotter/tree/v8.6.0/client/config/crd"
+EXTERNAL_SNAPSHOTTER_CRDS = "https://github.com/kubernetes-csi/external-snapshotter//client/config/crd?ref=v8.6.0"
 EXTERNAL_SNAPSHOTTER_CONTROLLER = (
-    "https://github.com/kubernetes-csi/external-snapshotter/tree/v8.6.0/deploy/kubernetes/snapshot-controller"
+    "https://github.com/kubernetes-csi/external-snapshotter//deploy/kubernetes/snapshot-controller?ref=v8.6.0"
 )
 
 # MinIO community edition is frozen: no images are published after October 2025 and the Docker Hub

@@ -94,3 +94,54 @@ def test_the_air_gapped_page_lists_every_pinned_chart_git_tree_and_image():
         assert f"`{image}`" in page, image
     tags = re.findall(r"_IMAGE_TAG = \"([^\"]+)\"", Path(versions.__file__).read_text())
     assert all(f"`{tag}`" in page for tag in tags)
+
+
+@pytest.mark.parametrize(
+    ("url", "split"),
+    [  # kustomize's documented remote targets (docs: remoteBuild.md, and repospec.go's comments)
+        (
+            "https://github.com/kubernetes-sigs/kustomize//examples/multibases?ref=v3.3.1",
+            ("https://github.com/", "kubernetes-sigs/kustomize", "examples/multibases", "v3.3.1"),
+        ),
+        (
+            "https://github.com/kubernetes-sigs/kustomize/examples/multibases?ref=v3.3.1",
+            ("https://github.com/", "kubernetes-sigs/kustomize", "examples/multibases", "v3.3.1"),
+        ),
+        (
+            "git@github.com:someOrg/someRepo.git/somedir?ref=someHash",
+            ("git@github.com:", "someOrg/someRepo.git", "somedir", "someHash"),
+        ),
+        (
+            "https://username@dev.azure.com/org/project/_git/repo/path/to/kustomization/root?version=v1",
+            ("https://username@dev.azure.com/", "org/project/_git/repo", "path/to/kustomization/root", "v1"),
+        ),
+        (
+            "https://github.com/kubeflow/trainer/tree/v1.9.4/manifests/overlays/standalone",
+            ("https://github.com/", "kubeflow/trainer", "tree/v1.9.4/manifests/overlays/standalone", ""),
+        ),
+    ],
+)
+def test_remote_kustomize_targets_split_as_kustomize_splits_them(url, split):
+    """The last: GitHub's web form is no kustomize form; it would build the directory `tree/v1.9.4/...` of the
+    default branch, so it is refused (below)."""
+    from components.sources import repo_spec
+
+    assert repo_spec(url) == split
+
+
+def test_every_default_source_is_kustomizes_form_at_its_pinned_tag():
+    from components.sources import KustomizeSources, repo_spec
+
+    assert KustomizeSources().problems() == []
+    for url in versions.KUSTOMIZE.values():
+        _, _, root, ref = repo_spec(url)
+        assert ref.startswith("v") and not root.startswith("tree/") and root
+
+
+def test_the_web_form_is_refused_naming_the_url_to_write():
+    from components.sources import KustomizeSources
+
+    web = "https://github.com/kubeflow/trainer/tree/v1.9.4/manifests/overlays/standalone"
+    (problem,) = KustomizeSources.model_validate({"trainingOperatorV1": web}).problems()
+    assert problem.key == "trainingOperatorV1" and "kustomize's form" in problem.expected
+    assert problem.hint.endswith("write https://github.com/kubeflow/trainer//manifests/overlays/standalone?ref=v1.9.4")
