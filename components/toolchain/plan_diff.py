@@ -86,14 +86,7 @@ def diff_stack(stack: str, base: Render, head: Render, acknowledged: list[str]) 
                 change.reasons.append(reason)
             if moved := data_moves(new, leaves):
                 change.moves_data = True
-                change.notes.append(
-                    f"{', '.join(moved)}: the pool's CRUSH rule changes and Ceph moves its objects to meet it (a new "
-                    "device class: every object, onto OSDs of that class; a new failure domain: copies re-spread "
-                    "across hosts, racks or zones), hours of recovery I/O beside training. With no OSD of the class, "
-                    "or fewer failure domains than copies, the placement groups stay inactive and the pool's I/O "
-                    "stops (check `ceph osd crush class ls` and `ceph osd tree` first). Acknowledge it in "
-                    "cluster.acknowledgeReplacements"
-                )
+                change.notes.append(_move_note(moved))
             if change.action == "update":
                 for rule, source in rejected_fields(new, leaves):
                     change.action = "rejected"
@@ -117,6 +110,18 @@ def diff_stack(stack: str, base: Render, head: Render, acknowledged: list[str]) 
         f"`{a}` is acknowledged but not replaced or deleted here: remove it" for a in acknowledged if a not in needed
     ]
     return out
+
+
+def _move_note(moved: list[str]) -> str:
+    """What a Ceph pool's new CRUSH rule (``moved``: its changed fields) does to its data."""
+    return (
+        f"{', '.join(moved)}: the pool's CRUSH rule changes and Ceph moves its objects to meet it (a new "
+        "device class: every object, onto OSDs of that class; a new failure domain: copies re-spread "
+        "across hosts, racks or zones), hours of recovery I/O beside training. With no OSD of the class, "
+        "or fewer failure domains than copies, the placement groups stay inactive and the pool's I/O "
+        "stops (check `ceph osd crush class ls` and `ceph osd tree` first). Acknowledge it in "
+        "cluster.acknowledgeReplacements"
+    )
 
 
 def acknowledgements(project: Path, stack: str) -> list[str]:
