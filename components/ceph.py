@@ -284,6 +284,11 @@ class RookCephSettings(Section):
         ]
 
 
+def filesystem_class(s: RookCephSettings, role: str) -> str | None:
+    """The device class of the ``warm`` or ``checkpoint`` filesystem's pools (None: every OSD)."""
+    return (s.checkpoint.device_class if role == "checkpoint" else None) or s.device_class
+
+
 def pool_spec(s: RookCephSettings, device_class: str | None = None) -> dict[str, Any]:
     """A replicated pool as the settings say: size, min_size and failure domain, on the OSDs of
     ``device_class`` (default: the warm tier's ``deviceClass``; unset: every OSD)."""

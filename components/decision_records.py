@@ -16,8 +16,9 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from .ceph import filesystem_class
 from .common.kube import quantity_bytes
-from .sections import Problem, Quantity, Section
+from .sections import DnsLabel, Problem, Quantity, Section
 
 DURATION = r"^[0-9]*[1-9][0-9]*(s|m|h|d)$"
 """A positive duration in seconds, minutes, hours or days (`90s`, `30m`, `4h`, `2d`; never `0m`)."""
@@ -51,10 +52,36 @@ class DecisionRecord(Section):
     """Longest acceptable time for every rank's shard of one save to land on the tier (e.g. `5m`)."""
     devices: int | None = Field(None, ge=1, le=100_000)
     """Devices (Ceph OSDs of the tier's device class) that hold the tier's data."""
+    device_class: DnsLabel | None = None
+    """Ceph device class of those devices (`hdd`, `ssd`, `nvme` or a class of the stack's own): on the checkpoint
+    tier it must be the class its pools use (`rookCeph.checkpoint.deviceClass`, else `rookCeph.deviceClass`); the
+    devices' MB/s come from `tiers.deviceSpeeds` unless the two keys below say."""
     device_write_mb_s: int | None = Field(None, ge=1, le=100_000)
-    """Sequential write of one such device, MB/s (its data sheet, or the tier's acceptance Job over `devices`)."""
+    """Sequential write of one such device, MB/s, over `tiers.deviceSpeeds` (its data sheet, or the tier's
+    acceptance Job over `devices`); unset: the device class's."""
     device_read_mb_s: int | None = Field(None, ge=1, le=100_000)
-    """Sequential read of one such device, MB/s."""
+    """Sequential read of one such device, MB/s, over `tiers.deviceSpeeds`; unset: the device class's."""
+    kept_checkpoints: int = Field(3, ge=1, le=10_000)
+    """Checkpoints a job keeps on the tier (`CheckpointManager(keep=...)`, 3 in the docs): a claim holds one more
+    while a save lands before the oldest is removed."""
+
+
+class DeviceSpeed(Section):
+    """Sequential throughput of one device of a class."""
+
+    write_mb_s: int = Field(ge=1, le=100_000)
+    """Sequential write, MB/s."""
+    read_mb_s: int = Field(ge=1, le=100_000)
+    """Sequential read, MB/s."""
+
+
+DEVICE_SPEEDS: dict[str, DeviceSpeed] = {
+    "hdd": DeviceSpeed(write_mb_s=200, read_mb_s=250),
+    "ssd": DeviceSpeed(write_mb_s=500, read_mb_s=550),
+    "nvme": DeviceSpeed(write_mb_s=2000, read_mb_s=3000),
+}
+"""Ceph's own device classes at the speeds a record assumes unless it says: a 7,200 rpm SATA disk, a SATA/SAS
+flash disk (the 6 Gb/s link's ceiling), a PCIe Gen4 data-centre NVMe disk (sustained, past its write cache)."""
 
 
 DEFAULTS: dict[str, DecisionRecord] = {
@@ -93,8 +120,7 @@ DEFAULTS: dict[str, DecisionRecord] = {
         ranks=64,
         save_objective="5m",
         devices=6,
-        device_write_mb_s=2000,
-        device_read_mb_s=3000,
+        device_class="nvme",
     ),
     "block": DecisionRecord(
         dataset_size="1Ti",
@@ -165,50 +191,101 @@ def _seconds(duration: str) -> int:
     return int(duration[:-1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[duration[-1]]
 
 
-def checkpoint_sizing(record: DecisionRecord, copies: int) -> tuple[float, float] | None:
+def device_speed(record: DecisionRecord, speeds: Mapping[str, DeviceSpeed]) -> tuple[int, int] | None:
+    """(write, read) MB/s of one of ``record``'s devices: its own figures over its class's in ``speeds``; None when
+    either is unknown."""
+    known = speeds.get(record.device_class) if record.device_class else None
+    write = record.device_write_mb_s or (known.write_mb_s if known else None)
+    read = record.device_read_mb_s or (known.read_mb_s if known else None)
+    return (write, read) if write and read else None
+
+
+def checkpoint_sizing(
+    record: DecisionRecord, copies: int, speeds: Mapping[str, DeviceSpeed] = DEVICE_SPEEDS
+) -> tuple[float, float] | None:
     """(seconds to save, seconds to restore) one checkpoint of ``record``'s ranks on its devices, each byte written
     ``copies`` times (Ceph's replicas) and read once; None when the record lacks a figure."""
-    r = record
-    if (
-        r.checkpoint_size_per_rank is None
-        or r.ranks is None
-        or r.devices is None
-        or r.device_write_mb_s is None
-        or r.device_read_mb_s is None
-    ):
+    r, speed = record, device_speed(record, speeds)
+    if r.checkpoint_size_per_rank is None or r.ranks is None or r.devices is None or speed is None:
         return None
     total = quantity_bytes(r.checkpoint_size_per_rank) * r.ranks
-    return total * copies / (r.devices * r.device_write_mb_s * 1e6), total / (r.devices * r.device_read_mb_s * 1e6)
+    return total * copies / (r.devices * speed[0] * 1e6), total / (r.devices * speed[1] * 1e6)
 
 
 def checkpoint_sizing_problems(s: Any) -> list[Problem]:
-    """A stack's checkpoint tier on Ceph meets its save and restore objectives on the devices its record names
-    (``s``: the PlatformSettings); refused with the arithmetic otherwise."""
+    """A stack's checkpoint tier on Ceph is the device class its record names, and meets its save and restore
+    objectives on the devices its record names; the checkpoint claim holds the saves a job keeps (``s``: the
+    PlatformSettings); refused with the arithmetic otherwise."""
     record, ceph = s.tiers.decisions.checkpoint, s.rook_ceph
+    found = _claim_problems(record, s.training)
     if s.tiers.checkpoint != "cephfs" or not ceph.enabled:
-        return []
-    times = checkpoint_sizing(record, ceph.replica_size)
-    if times is None:
-        return []
-    found = []
+        return found
+    speeds = {**DEVICE_SPEEDS, **s.tiers.device_speeds}
+    found += _device_class_problems(record, filesystem_class(ceph, "checkpoint"), speeds)
+    times = checkpoint_sizing(record, ceph.replica_size, speeds)
+    if found or times is None:
+        return found
     for (what, objective), seconds in zip(
         (("saveObjective", record.save_objective), ("restoreObjective", record.restore_objective)), times, strict=True
     ):
         if objective is None or seconds <= _seconds(objective):
             continue
-        rate = record.device_write_mb_s if what == "saveObjective" else record.device_read_mb_s
+        rate = device_speed(record, speeds)[what == "restoreObjective"]  # type: ignore[index]
         copies = f" x {ceph.replica_size} copies" if what == "saveObjective" else ""
         arithmetic = (
-            f"{record.ranks} ranks x {record.checkpoint_size_per_rank}{copies} over {record.devices} devices at "
-            f"{rate} MB/s takes {seconds:,.0f} s"
-        )
+            f"{record.ranks} ranks x {record.checkpoint_size_per_rank}{copies} over {record.devices} "
+            f"{record.device_class or ''} devices at {rate} MB/s takes {seconds:,.0f} s"
+        ).replace("  ", " ")
         found.append(
             Problem(
                 f"tiers.decisions.checkpoint.{what}",
                 f"expected devices that meet it: {arithmetic}",
                 objective,
                 "give the checkpoint tier more or faster devices (rookCeph.checkpoint.deviceClass; the record's "
-                "devices and deviceWriteMbS), fewer ranks or smaller shards, or a longer objective",
+                "devices and deviceClass), fewer ranks or smaller shards, or a longer objective",
             )
         )
     return found
+
+
+def _device_class_problems(
+    record: DecisionRecord, pools: str | None, speeds: Mapping[str, DeviceSpeed]
+) -> list[Problem]:
+    """The record's devices are the class the checkpoint pools use, and their speed is known."""
+    key = "tiers.decisions.checkpoint.deviceClass"
+    if record.device_class != pools:
+        where = f"rookCeph.checkpoint.deviceClass or rookCeph.deviceClass: {pools}" if pools else "unset: every OSD"
+        hint = (
+            "the record's devices and their MB/s are the devices its checkpoints land on: name the pools' class "
+            "in the record (with its devices), or move the pools to the record's class"
+            + ("" if pools else "; pools on every OSD have no one class: set deviceClass: null and the MB/s")
+        )
+        return [Problem(key, f"expected the checkpoint pools' device class ({where})", record.device_class, hint)]
+    if record.devices is not None and device_speed(record, speeds) is None:
+        known = ", ".join(sorted(speeds))
+        hint = "add the class to tiers.deviceSpeeds, or give the record's deviceWriteMbS and deviceReadMbS"
+        return [Problem(key, f"expected a class of tiers.deviceSpeeds ({known})", record.device_class, hint)]
+    return []
+
+
+def _claim_problems(record: DecisionRecord, training: Any) -> list[Problem]:
+    """The training namespace's checkpoint claim holds the saves a job of the record keeps, plus the one landing."""
+    if not training.enabled or record.checkpoint_size_per_rank is None or record.ranks is None:
+        return []
+    saves = record.kept_checkpoints + 1
+    need = quantity_bytes(record.checkpoint_size_per_rank) * record.ranks * saves
+    if quantity_bytes(training.checkpoint_size) >= need:
+        return []
+    arithmetic = (
+        f"{record.ranks} ranks x {record.checkpoint_size_per_rank} x {saves} saves (keptCheckpoints "
+        f"{record.kept_checkpoints} + the one landing) = {_gib(need)}"
+    )
+    hint = (
+        "the first saves fill the claim and the next one fails: raise training.checkpointSize, or lower the "
+        "record's ranks, checkpointSizePerRank or keptCheckpoints (tiers.decisions.checkpoint) to the jobs' own"
+    )
+    return [Problem("training.checkpointSize", f"expected at least {arithmetic}", training.checkpoint_size, hint)]
+
+
+def _gib(size: float) -> str:
+    return f"{size / 2**30:,.0f}Gi"

@@ -17,7 +17,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from .backends.object_stores.ceph_rgw import API, RgwGateway
-from .ceph import RookCephSettings, cluster_spec, filesystem_spec, object_store_spec, pool_spec
+from .ceph import RookCephSettings, cluster_spec, filesystem_class, filesystem_spec, object_store_spec, pool_spec
 from .ceph_toolbox import toolbox
 from .common import kube, versions
 from .node_storage import default_tolerations, with_node_tolerations
@@ -296,11 +296,6 @@ class RookCeph(pulumi.ComponentResource):
             devices=filesystem_devices(s, role, fs_name),
             depends_on=self._fs[role],
         )
-
-
-def filesystem_class(s: RookCephSettings, role: str) -> str | None:
-    """The device class of the ``warm`` or ``checkpoint`` filesystem's pools (None: every OSD)."""
-    return (s.checkpoint.device_class if role == "checkpoint" else None) or s.device_class
 
 
 def filesystem_devices(s: RookCephSettings, role: str, fs_name: str) -> str:

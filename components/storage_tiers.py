@@ -15,8 +15,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field
 
-from .decision_records import TierDecisions, record_annotations
-from .sections import Problem, Section
+from .decision_records import DeviceSpeed, TierDecisions, record_annotations
+from .sections import DnsLabel, Problem, Section
 
 Tier = Literal["hot", "warm", "cold", "checkpoint", "block"]
 TIERS: tuple[Tier, ...] = ("hot", "warm", "cold", "checkpoint", "block")
@@ -50,6 +50,9 @@ class TiersSettings(Section):
     """Tier marked as the cluster's default StorageClass; unset leaves the cluster default alone."""
     decisions: TierDecisions = TierDecisions()
     """What each tier was sized for (the design's decision record), annotated on its StorageClass (docs/tiers.md)."""
+    device_speeds: dict[DnsLabel, DeviceSpeed] = {}
+    """MB/s of one device of each Ceph device class the records name, over the code's (`hdd`, `ssd`, `nvme`;
+    docs/config.md)."""
 
     def problems(self) -> list[Problem]:
         """The default tier has a backend."""

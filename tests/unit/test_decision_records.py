@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from components.decision_records import ANNOTATION_PREFIX, DEFAULTS, DecisionRecord, TierDecisions
-from components.sections import SettingsError
+from components.decision_records import ANNOTATION_PREFIX, DEFAULTS, DecisionRecord, TierDecisions, checkpoint_sizing
+from components.sections import SettingsError, merge
 from components.settings import load_settings
 from components.storage_tiers import TIERS
 from components.toolchain import render
@@ -32,8 +32,10 @@ KEYS = {
     "ranks",
     "save-objective",
     "devices",
+    "device-class",
     "device-write-mb-s",
     "device-read-mb-s",
+    "kept-checkpoints",
 }
 ANNOTATION_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 """A Kubernetes annotation key: a DNS-subdomain prefix, '/', a name of at most 63 characters."""
@@ -151,24 +153,67 @@ def test_the_lag_alert_counts_in_the_checkpoint_tiers_own_interval_the_one_sourc
 
 
 def test_the_checkpoint_tier_is_sized_by_arithmetic_and_refused_when_its_devices_cannot_meet_it():
-    from components.decision_records import DEFAULTS, checkpoint_sizing
-    from components.sections import SettingsError
-    from components.settings import load_settings
-
     save, restore = checkpoint_sizing(DEFAULTS["checkpoint"], 3)  # prod: 64 x 10 GiB, 3 copies, 6 NVMe OSDs
-    assert round(save) == 172 and round(restore) == 38  # within 5 and 15 minutes
-    hdd = {"devices": 12, "deviceWriteMbS": 150, "deviceReadMbS": 180}
+    assert round(save) == 172 and round(restore) == 38  # within 5 and 15 minutes (nvme: 2000 and 3000 MB/s)
+    hdd = {"rookCeph": {"checkpoint": {"deviceClass": "hdd"}}}
+    record = {"devices": 12, "deviceClass": "hdd"}
     with pytest.raises(SettingsError) as caught:
-        load_settings(
-            "prod", {"rookCeph": {"checkpoint": {"deviceClass": "hdd"}}, "tiers": {"decisions": {"checkpoint": hdd}}}
-        )
+        load_settings("prod", {**hdd, "tiers": {"decisions": {"checkpoint": record}}})
     message = str(caught.value)
-    assert (
+    assert (  # the devices' speed is their class's (200 MB/s for hdd), not a figure typed beside it
         "tiers.decisions.checkpoint.saveObjective: expected devices that meet it: 64 ranks x 10Gi x 3 copies over 12 "
-        "devices at 150 MB/s takes 1,145 s; got '5m'"
+        "hdd devices at 200 MB/s takes 859 s; got '5m'"
     ) in message
-    assert "restoreObjective" not in message  # 687 GB over 12 x 180 MB/s: 318 s, within 15 minutes
+    assert "restoreObjective" not in message  # 687 GB over 12 x 250 MB/s: 229 s, within 15 minutes
     # HDDs where a stack's own figures allow it: fewer ranks.
-    small = load_settings("prod", {"tiers": {"decisions": {"checkpoint": {**hdd, "ranks": 16}}}})
+    small = load_settings("prod", {**hdd, "tiers": {"decisions": {"checkpoint": {**record, "ranks": 16}}}})
     assert small.tiers.decisions.checkpoint.ranks == 16
     assert checkpoint_sizing(DEFAULTS["checkpoint"].model_copy(update={"devices": None}), 3) is None
+
+
+def test_a_record_of_another_device_class_than_the_checkpoint_pools_is_refused_naming_both():
+    with pytest.raises(SettingsError) as caught:  # the pools move to hdd, the record keeps its NVMe figures
+        load_settings("prod", {"rookCeph": {"checkpoint": {"deviceClass": "hdd"}}})
+    assert (
+        "tiers.decisions.checkpoint.deviceClass: expected the checkpoint pools' device class "
+        "(rookCeph.checkpoint.deviceClass or rookCeph.deviceClass: hdd); got 'nvme'"
+    ) in str(caught.value)
+    with pytest.raises(SettingsError, match=r"deviceClass: expected the checkpoint pools' device class \(unset: every"):
+        load_settings("dev", {"tiers": {"decisions": {"checkpoint": {"deviceClass": "ssd"}}}})
+
+
+def test_a_device_class_of_unknown_speed_needs_its_figures():
+    own = {
+        "rookCeph": {"checkpoint": {"deviceClass": "optane"}},
+        "tiers": {"decisions": {"checkpoint": {"deviceClass": "optane"}}},
+    }
+    with pytest.raises(SettingsError) as caught:
+        load_settings("prod", own)
+    assert (
+        "tiers.decisions.checkpoint.deviceClass: expected a class of tiers.deviceSpeeds (hdd, nvme, ssd); got "
+        "'optane'. Hint: add the class to tiers.deviceSpeeds"
+    ) in str(caught.value)
+    fast = {"optane": {"writeMbS": 4000, "readMbS": 6000}}
+    s = load_settings("prod", merge(own, {"tiers": {"deviceSpeeds": fast}}))
+    assert checkpoint_sizing(s.tiers.decisions.checkpoint, 3, {"optane": s.tiers.device_speeds["optane"]}) == (
+        pytest.approx(687194767360 * 3 / (6 * 4000e6)),
+        pytest.approx(687194767360 / (6 * 6000e6)),
+    )
+    with pytest.raises(SettingsError, match=r"tiers\.deviceSpeeds\.optane\.writeMbS: expected .*0"):
+        load_settings("prod", merge(own, {"tiers": {"deviceSpeeds": {"optane": {"writeMbS": 0, "readMbS": 1}}}}))
+
+
+def test_the_checkpoint_claim_holds_the_saves_its_record_keeps():
+    with pytest.raises(SettingsError) as caught:  # prod's claim before: the first save filled it
+        load_settings("prod", {"training": {"checkpointSize": "100Gi"}})
+    assert (
+        "training.checkpointSize: expected at least 64 ranks x 10Gi x 4 saves (keptCheckpoints 3 + the one landing) "
+        "= 2,560Gi; got '100Gi'"
+    ) in str(caught.value)
+    assert load_settings("prod", {"training": {"checkpointSize": "2560Gi"}}).training.checkpoint_size == "2560Gi"
+    two = {"tiers": {"decisions": {"checkpoint": {"keptCheckpoints": 2}}}}
+    with pytest.raises(SettingsError, match=r"x 3 saves \(keptCheckpoints 2 \+ the one landing\) = 1,920Gi; got '1Ti'"):
+        load_settings("prod", merge(two, {"training": {"checkpointSize": "1Ti"}}))
+    assert load_settings("prod", merge(two, {"training": {"checkpointSize": "1920Gi"}}))
+    with pytest.raises(SettingsError, match=r"keptCheckpoints: expected .*1"):
+        load_settings("prod", {"tiers": {"decisions": {"checkpoint": {"keptCheckpoints": 0}}}})

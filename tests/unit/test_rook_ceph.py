@@ -394,14 +394,17 @@ PROTECTED = {"cluster": {"protectStatefulResources": True}}
     ],
 )
 def test_a_protected_stack_refuses_checkpoint_pools_on_the_warm_tiers_devices(ceph, got):
+    pools = ceph["checkpoint"]["deviceClass"] or ceph["deviceClass"]  # the record names the pools' devices
+    record = {"deviceClass": pools, "deviceWriteMbS": 2000, "deviceReadMbS": 3000}
+    stack = {"rookCeph": ceph, "tiers": {"decisions": {"checkpoint": record}}}
     with pytest.raises(SettingsError) as caught:
-        load_settings("prod", {"rookCeph": ceph})
+        load_settings("prod", stack)
     lines = [line for line in str(caught.value).splitlines() if "rookCeph.checkpoint.deviceClass" in line]
     assert len(lines) == 1
     assert "expected a device class other than rookCeph.deviceClass" in lines[0] and f"got {got}" in lines[0]
     assert "rookCeph.checkpoint.shareWarmDevices: true" in lines[0]
     shared = {**ceph, "checkpoint": {**ceph["checkpoint"], "shareWarmDevices": True}}
-    assert load_settings("prod", {"rookCeph": shared}).rook_ceph.checkpoint.share_warm_devices is True
+    assert load_settings("prod", {**stack, "rookCeph": shared}).rook_ceph.checkpoint.share_warm_devices is True
 
 
 def test_an_unprotected_stack_may_share_devices_and_a_checkpoint_tier_off_ceph_needs_no_class():
