@@ -4,6 +4,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.platform import Platform, PlatformArgs
+from components.quotas import quota_left
 from components.settings import load_settings, stack_config
 
 settings = load_settings(pulumi.get_stack(), stack_config())
@@ -35,8 +36,13 @@ if platform.acceptance is not None:
     pulumi.export("acceptance", platform.acceptance.verdicts)
 if platform.teams is not None:
     pulumi.export("teamNamespaces", platform.teams.namespaces)
-# What a team's workspace settings copy (workspace.jobKinds and workspace.queueCapability, docs/jobs.md).
+    # What each team's own stack copies (workspace.vendedClaims, workspace.storageQuota; docs/jobs.md).
+    teams = settings.teams.workspaces
+    pulumi.export("teamClaims", {t.name: t.claims() for t in teams})
+    pulumi.export("teamQuotaLeft", {t.name: quota_left(t.quota, t.vended_requests()) for t in teams})
+# What a team's workspace settings copy (workspace.jobKinds, nodePools and queueCapability, docs/jobs.md).
 pulumi.export("jobKinds", settings.training.job_kinds + (["volcano"] if settings.volcano.enabled else []))
+pulumi.export("nodePools", {name: pool.spec() for name, pool in settings.cluster.node_pools.items()})
 if settings.volcano.enabled:
     capability = {t.name: t.queue.capability.spec() if t.queue.capability else None for t in settings.teams.workspaces}
     pulumi.export("teamQueues", capability)

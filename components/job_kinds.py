@@ -55,9 +55,9 @@ def _container(job: JobSettings, group: TaskSettings, name: str) -> dict[str, An
         container["command"] = group.command or job.command
     if group.args or job.args:
         container["args"] = group.args or job.args
-    resources = group.resources or job.resources_per_node
+    resources = job.resources(group)
     if resources:
-        container["resources"] = {"requests": resources.spec(), "limits": resources.spec()}
+        container["resources"] = resources
     return container
 
 
@@ -86,7 +86,9 @@ def train_job_spec(job: JobSettings, where: PodContext) -> dict:
     spec: dict[str, Any] = {"runtimeRef": {"name": job.runtime}, "runtimePatches": [patch]}
     given: dict[str, Any] = {"image": job.image, "command": job.command, "args": job.args, "numNodes": job.num_nodes}
     if job.resources_per_node:
-        given["resourcesPerNode"] = {"limits": job.resources_per_node.spec()}
+        resources = job.resources(group) or {}
+        bursts = resources["limits"] != resources["requests"]  # else the limits alone: requests default to them
+        given["resourcesPerNode"] = resources if bursts else {"limits": resources["limits"]}
     given["env"] = env
     trainer = {key: value for key, value in given.items() if value}
     if trainer:

@@ -6,8 +6,9 @@ specs: ``job_kinds``). Every pod of every kind runs in the team's queue, gang-sc
 namespace enforces the restricted Pod Security Standard), with the dataset read-only at ``/data`` and the
 checkpoint claim at ``/checkpoints`` where its task mounts them, the metrics' multiprocess directory, the
 checkpoint landing volume, the checkpoint tier's ``fsGroupChangePolicy``, the job's extra volumes (read-only
-image volumes; hostPath is refused, see ``JobVolume``), a slice of ``/data`` of its own with ``dataSlices``
-(``subPathExpr`` on the replica's index), and, when it requests GPUs, tolerations of the GPU nodes' taints.
+images, each pod's scratch claim, claims of the namespace: ``job_volumes``), a slice of ``/data`` of its own with
+``dataSlices`` (``subPathExpr`` on the replica's index), and, when it requests GPUs, tolerations of the GPU nodes'
+taints.
 """
 
 from __future__ import annotations
@@ -18,9 +19,13 @@ from typing import Any, Literal
 from pydantic import Field
 
 from . import training, volcano
+from .checkpoints import LANDING_PATH, LANDING_VOLUME
 from .common import kube
+from .job_volumes import JobVolume
+from .node_pools import NodePool
 from .node_storage import GPU_TOLERATION, Toleration
 from .sections import DnsLabel, PinnedImage, Problem, Section
+from .staging import STAGED_PATH, STAGED_VOLUME
 from .training import DATA_TIER_LABEL
 
 Kind = Literal["trainjob", "pytorchjob", "tfjob", "volcano"]
@@ -39,11 +44,6 @@ REPLICA_INDEX = {
 }
 """Where a pod of each kind finds its index in its replica group: the Job controller's completion index (a
 TrainJob's nodes are an Indexed Job), Volcano's task index, the v1 operator's replica-index label."""
-HOST_PATH_HINT = (
-    "team namespaces enforce Pod Security restricted, which admits no hostPath volume (and a node's directory "
-    "would tie the job to that node); for fast local data use the hot tier (staging, checkpoint.landing), for "
-    "scratch space an ephemeral volume"
-)
 
 
 class TaskSettings(Section):
@@ -61,27 +61,6 @@ class TaskSettings(Section):
     """CPU, memory and GPUs each of its pods requests and is limited to; unset: `job.resourcesPerNode`."""
     mounts: list[Mount] = ["data", "checkpoints"]
     """Which claims its pods mount: `data` (read-only at /data), `checkpoints` (at /checkpoints)."""
-
-
-class JobVolume(Section):
-    """An extra volume of every training pod, mounted read-only."""
-
-    name: DnsLabel
-    """Volume name (unique in the pod)."""
-    mount_path: str = Field(pattern=r"^/[^\s:]*$")
-    """Where the container sees it (absolute)."""
-    image: PinnedImage | None = None
-    """An OCI image or artifact mounted read-only (Kubernetes `volumes[].image`): weights or a dataset shipped as
-    an image, pinned by tag or digest."""
-    host_path: str | None = None
-    """Refused: a node's directory (see the error's hint for what to use)."""
-
-    def problems(self) -> list[Problem]:
-        if self.host_path is not None:
-            return [Problem("hostPath", "expected no hostPath volume", self.host_path, HOST_PATH_HINT)]
-        if self.image is None:
-            return [Problem("image", "expected an image reference", None, "the only extra volume kind is image")]
-        return []
 
 
 class JobSettings(Section):
@@ -111,7 +90,8 @@ class JobSettings(Section):
     """Named groups of pods (`pytorchjob`, `tfjob`, `volcano`); empty: the kind's shape of `numNodes` pods (a
     master or chief and workers; for `volcano` one task `worker`)."""
     volumes: list[JobVolume] = []
-    """Extra read-only volumes of every training pod (image volumes)."""
+    """Extra volumes of every training pod: images, scratch, claims of the namespace (names unique, paths apart from
+    /data, /checkpoints and each other)."""
     data_slices: int | None = Field(None, ge=2, le=4096)
     """Give each replica of the one task that mounts /data its own slice: `/data/slice-<index>` of the claim,
     seen at /data; must equal that task's replicas."""
@@ -121,6 +101,13 @@ class JobSettings(Section):
     """Pods Volcano must place together before any starts (`volcano`, v1 kinds; unset: every pod)."""
     max_retry: int = Field(3, ge=0, le=100)
     """Whole-job restarts Volcano makes before the job fails (`volcano`)."""
+    node_pool: DnsLabel | None = None
+    """The node pool its pods run on (one of `workspace.nodePools`, the platform's): the pool's labels become the
+    pods' `nodeSelector` and they tolerate its taints; unset: any node."""
+    cpu_burst: float = Field(1.0, ge=1.0, le=16.0)
+    """CPU limit of each trainer container as a multiple of its CPU request: above 1, data-loader workers may use
+    the node's idle CPU (the pod becomes Burstable, not Guaranteed: no exclusive cores under the kubelet's static
+    CPU manager); what Volcano and the queue count stays the request."""
     plugins: list[Literal["ssh", "svc", "env"]] = ["ssh", "svc"]
     """Volcano job plugins: `svc` gives pods stable peer names, `ssh` passwordless SSH between them (`volcano`)."""
 
@@ -133,6 +120,11 @@ class JobSettings(Section):
             first, rest = TASK_NAMES[self.kind][:2]
             return [TaskSettings(name=first)] + ([TaskSettings(name=rest, replicas=nodes - 1)] if nodes > 1 else [])
         return [TaskSettings(name=training.NODE if self.kind == "trainjob" else "worker", replicas=nodes)]
+
+    def pods(self, mount: Mount | None = None) -> int:
+        """The job's pods (that mount ``mount``); a TrainJob's ``numNodes`` unset counts 1 (the runtime's is not
+        known here)."""
+        return sum(g.replicas for g in self.groups() if mount is None or mount in g.mounts)
 
     def gang(self) -> dict[str, float]:
         """What the pods Volcano must place together request in all (``QueueResources.amounts``): the first
@@ -161,7 +153,23 @@ class JobSettings(Section):
             hint = "the svc plugin names each pod (<job>-<task>-<index>.<job>): the rendezvous address is pod 0's name"
             expected = "expected svc among the plugins of a job of several pods"
             found.append(Problem("plugins", expected, self.plugins, hint))
+        if self.cpu_burst > 1 and not all(
+            (g.resources or self.resources_per_node or NO_CPU).cpu for g in self.groups()
+        ):
+            hint = "the limit is the request times cpuBurst: set cpu in resourcesPerNode (or each task's resources)"
+            found.append(Problem("cpuBurst", "expected a CPU request in every pod's resources", self.cpu_burst, hint))
         return found + self._slice_problems()
+
+    def resources(self, group: TaskSettings) -> dict[str, Any] | None:
+        """A container's requests and limits: ``group``'s resources (or the job's), the CPU limit ``cpuBurst``
+        times the request."""
+        given = group.resources or self.resources_per_node
+        if given is None:
+            return None
+        limits = given.spec()
+        if self.cpu_burst > 1 and given.cpu is not None:
+            limits["cpu"] = f"{round(given.amounts()['cpu'] * self.cpu_burst * 1000)}m"
+        return {"requests": given.spec(), "limits": limits}
 
     def _task_problems(self) -> list[Problem]:
         names = [t.name for t in self.tasks]
@@ -206,6 +214,24 @@ class PodContext:
     """The checkpoint landing volume, mount and variables (``checkpoints.landing``), or empty."""
     data_tier: str = "cold"
     """The tier the pods read their data from (the pods' ``training.DATA_TIER_LABEL``)."""
+    tier_prefix: str = ""
+    """The tier StorageClasses' name prefix (scratch volumes' class)."""
+    node_pool: NodePool | None = None
+    """The pool the job asked for (``job.nodePool``)."""
+
+
+NO_CPU = volcano.QueueResources()
+
+
+def pod_paths(landing: bool, staged: bool) -> dict[str, str]:
+    """The volumes every training pod has of its own (name to mount path): the job's volumes keep apart."""
+    own = {
+        training.DATA_VOLUME: training.DATA_PATH,
+        training.CHECKPOINT_VOLUME: training.CHECKPOINT_PATH,
+        training.METRICS_DIR_VOLUME: training.METRICS_DIR,
+    }
+    own.update({LANDING_VOLUME: LANDING_PATH} if landing else {})
+    return own | ({STAGED_VOLUME: STAGED_PATH} if staged else {})
 
 
 def requests_gpus(resources: volcano.QueueResources | None) -> bool:
@@ -216,7 +242,7 @@ def team_pod(job: JobSettings, group: TaskSettings, where: PodContext, container
     """A training pod of ``group``: the queue, non-root as the workspace's uid, the claims the group mounts (a
     slice of /data with ``dataSlices``) in ``container`` (whose root filesystem stays writable: training code
     writes caches and temporary files), the metrics' multiprocess directory, the landing volume, the job's
-    image volumes, and the GPU tolerations when the group requests GPUs."""
+    extra volumes, and the GPU tolerations when the group requests GPUs."""
     mounts, volumes = training.claim_volumes(where.dataset_claim, where.checkpoint_claim)
     wanted = {"data": training.DATA_VOLUME, "checkpoints": training.CHECKPOINT_VOLUME}
     keep = {wanted[m] for m in group.mounts}
@@ -227,8 +253,9 @@ def team_pod(job: JobSettings, group: TaskSettings, where: PodContext, container
         data = next(m for m in mounts if m["name"] == training.DATA_VOLUME)
         data["subPathExpr"] = f"slice-$({SLICE_VARIABLE})"
     for volume in job.volumes:
-        mounts.append({"name": volume.name, "mountPath": volume.mount_path, "readOnly": True})
-        volumes.append({"name": volume.name, "image": {"reference": volume.image, "pullPolicy": "IfNotPresent"}})
+        mount, spec = volume.spec(where.tier_prefix)
+        mounts.append(mount)
+        volumes.append(spec)
     for extra in (training.metrics_dir(), where.landing):
         if extra.get("volumes"):
             env, mounts, volumes = env + extra["env"], mounts + extra["volumeMounts"], volumes + extra["volumes"]
@@ -241,7 +268,12 @@ def team_pod(job: JobSettings, group: TaskSettings, where: PodContext, container
         "containers": [container],
         "volumes": volumes,
     }
-    if requests_gpus(group.resources or job.resources_per_node) and job.gpu_tolerations:
-        spec["tolerations"] = [t.spec() for t in job.gpu_tolerations]
+    gpus = requests_gpus(group.resources or job.resources_per_node)
+    tolerations = [t.spec() for t in (job.gpu_tolerations if gpus else [])]
+    if where.node_pool:
+        spec["nodeSelector"] = dict(where.node_pool.labels)
+        tolerations += [t.spec() for t in where.node_pool.tolerations if t.spec() not in tolerations]
+    if tolerations:
+        spec["tolerations"] = tolerations
     metadata = {"annotations": {volcano.QUEUE_ANNOTATION: where.queue}, "labels": {DATA_TIER_LABEL: where.data_tier}}
     return {"metadata": metadata, "spec": spec}

@@ -136,6 +136,21 @@ def over_quota(quota: QuotaSettings, claims: dict[Tier, list[tuple[str, str]]]) 
     return found
 
 
+def quota_left(quota: QuotaSettings, claims: dict[Tier, list[tuple[str, str]]]) -> dict[str, dict[str, Any]]:
+    """Each tier's quota less ``claims`` (key, size): what a team's own stack may still claim (its
+    ``workspace.storageQuota``; the platform's stack output ``teamQuotaLeft``)."""
+    left: dict[str, dict[str, Any]] = {}
+    for tier, q in quota.tiers.items():
+        taken, entry = claims.get(tier, []), {}
+        if q.storage is not None:
+            rest = max(0, int(quantity(q.storage) - sum(quantity(size) for _, size in taken)))
+            entry["storage"] = f"{rest // 2**30}Gi" if rest % 2**30 == 0 else f"{rest // 2**20}Mi"
+        if q.claims is not None:
+            entry["claims"] = max(0, q.claims - len(taken))
+        left[tier] = entry
+    return left
+
+
 def claim_rule(classes: Sequence[str], fluid_namespace: str | None) -> str:
     """The CEL rule a claim in a team namespace must pass: it names one of the tier ``classes`` (after the
     DefaultStorageClass admission plugin gave a claim without one the cluster's default class, if any), or it is

@@ -27,11 +27,12 @@ from .monitoring import MonitoringSettings
 from .namespace_rules import team_namespace_problems
 from .network_policies import NetworkPolicySettings
 from .node_cache import platform_cache_problems
+from .node_pools import NodePool, untolerated_pools
 from .node_storage import NodeStorageSettings
 from .object_store import ObjectStoreSettings
 from .profiles import load_profile
 from .rook_ceph import RookCephSettings
-from .sections import Problem, ResourceRef, Section, SettingsError, merge, validate
+from .sections import DnsLabel, Problem, ResourceRef, Section, SettingsError, merge, validate
 from .sources import SourcesSettings
 from .storage_tiers import TIERS, TiersSettings
 from .tenants import TeamsSettings, team_problems
@@ -54,6 +55,9 @@ class ClusterSettings(Section):
     """Set `protect` and `retainOnDelete` on buckets, data volumes and clusters (on for staging and prod)."""
     acknowledge_replacements: list[ResourceRef] = []
     """Protected or data-holding resources an update may replace or delete, as the diff names them (review.md)."""
+    node_pools: dict[DnsLabel, NodePool] = {}
+    """Groups of nodes team jobs may ask for by name (`job.nodePool`): each pool's labels and the tolerations of its
+    taints (stack output `nodePools`)."""
 
     def problems(self) -> list[Problem]:
         """Kubernetes 1.30 or later: team namespaces rely on a ValidatingAdmissionPolicy (GA in 1.30)."""
@@ -209,7 +213,8 @@ class PlatformSettings(Section):
             found.append(
                 Problem("objectStore.backend", "expected minio or s3 when rookCeph is disabled", "ceph-rgw", hint)
             )
-        return found + platform_cache_problems(self) + checkpoint_sizing_problems(self)
+        pools = untolerated_pools(self.cluster.node_pools, self.node_storage.tolerations)
+        return found + platform_cache_problems(self) + checkpoint_sizing_problems(self) + pools
 
     def _scheduling_problems(self) -> list[Problem]:
         """Training needs Volcano, a checkpoint tier and known queues; JuiceFS datasets need JuiceFS."""

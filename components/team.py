@@ -19,7 +19,6 @@ from typing import Any, Literal
 
 import pulumi
 import pulumi_kubernetes as k8s
-from pydantic import Field
 
 from . import tenants
 from .checkpoint_restore import RestoreTestSettings, schedule_restore_test
@@ -33,13 +32,16 @@ from .checkpoints import (
 )
 from .common import kube
 from .job_kinds import API, TRAINJOB_HINT, job_spec, scrape_policy, train_job_spec, trainjob_webhook_errors
-from .jobs import JobSettings, Kind, PodContext
-from .namespace_rules import namespace_problem, platform_defaults
+from .job_volumes import pod_requests, volume_problems
+from .jobs import JobSettings, PodContext, pod_paths
+from .node_pools import pool_problem
+from .quotas import QuotaSettings, over_quota
 from .sections import DnsLabel, Problem, Quantity, Section, validate
 from .staging import StagingSettings, stage_into
-from .storage_tiers import NAME_PREFIX
+from .storage_tiers import Tier
 from .training import CHECKPOINT_PATH, DataTier
-from .volcano import QueueResources, amount_text
+from .volcano import amount_text
+from .workspace import WorkspaceSettings
 
 DELIVERED = DeliveredOffsite(tenants.OFFSITE_ACCOUNT, tenants.OFFSITE_TARGET, tenants.OFFSITE_CREDENTIALS)
 """What the platform delivers into a team's namespace for its offsite copies."""
@@ -59,36 +61,6 @@ class TeamDatasetSettings(Section):
     """Tier the dataset lives on: the team's own claim's StorageClass `<tierPrefix><tier>` (`source: claim`), or the
     vended claim's tier (`source: shared`; the platform's are cold). The pods' `ai-storage-platform/data-tier` label,
     by which the read alerts and panels group (with staging: hot)."""
-
-
-class WorkspaceSettings(Section):
-    """The namespace the platform vended to the team, and how its pods and claims are guarded."""
-
-    namespace: DnsLabel = "team"
-    """Namespace the platform vended to the team (`teams.workspaces`): the claims, snapshots and job go there."""
-    run_as_user: int = Field(kube.UID, ge=1, le=2147483647)
-    """UID, GID and fsGroup the training pods run as (non-root, for the restricted standard)."""
-    tier_prefix: str = Field("", pattern=NAME_PREFIX)
-    """The platform's `tiers.namePrefix`: the claims use the `<prefix>cold`, `<prefix>checkpoint` and `<prefix>hot`
-    classes."""
-    protect: bool = False
-    """Protect and retain the dataset and checkpoint claims (a `pulumi destroy` keeps the data)."""
-    job_kinds: list[Kind] = ["trainjob", "volcano"]
-    """The job kinds the platform runs: its stack output `jobKinds` (from `training.operators` and `volcano`)."""
-    queue_capability: QueueResources | None = None
-    """The capability of the team's Queue (the platform's `teams.workspaces[].queue.capability`, stack output
-    `teamQueues`): a gang that asks for more is refused; unset: not checked."""
-    kubernetes_version: str = Field("1.33", pattern=r"^1\.(2[5-9]|3[0-7])$")
-    """The cluster's Kubernetes minor version (the platform's `cluster.kubernetesVersion`): image volumes need 1.33."""
-    image_volumes: bool = False
-    """The cluster's `ImageVolume` feature gate is on (off by default on 1.33 and 1.34, where an API server without it
-    silently drops image volumes; on from 1.35)."""
-
-    def problems(self) -> list[Problem]:
-        """A namespace of the team's own: not one Kubernetes reserves, nor one a platform stack uses or trusts
-        with its default settings (this project does not read the platform's stack)."""
-        problem = namespace_problem("namespace", self.namespace, platform_defaults())
-        return [problem] if problem else []
 
 
 class CheckpointSettings(CheckpointProtection):
@@ -130,6 +102,14 @@ class TeamSettings(Section):
         """Where the job keeps its durable checkpoints (on the checkpoint claim)."""
         return f"{CHECKPOINT_PATH}/{self.job.name}"
 
+    def pods(self, local: dict[str, list[dict[str, Any]]] | None = None) -> PodContext:
+        """Where the job's pods run and what they mount (``local``: the landing volume, ``checkpoints.landing``);
+        with staging they read the copy on the hot tier."""
+        w, tier = self.workspace, "hot" if self.staging.enabled else self.dataset.tier
+        pool = w.node_pools.get(self.job.node_pool or "")
+        claims = (self.dataset.name, self.checkpoint.claim, local or {}, tier, w.tier_prefix, pool)
+        return PodContext(self.queue_name, w.run_as_user, *claims)
+
     def problems(self) -> list[Problem]:
         """The dataset and the checkpoints are two claims; a restore test needs an image; staging's rules
         (``_staging_problems``)."""
@@ -170,7 +150,7 @@ class TeamSettings(Section):
             expected = f"expected one of {', '.join(w.job_kinds)} (workspace.jobKinds, the platform's output jobKinds)"
             found.append(Problem("job.kind", expected, job.kind, hint))
         minor = int(w.kubernetes_version.split(".")[1])
-        if job.volumes and (minor < 33 or (minor < 35 and not w.image_volumes)):
+        if any(v.image for v in job.volumes) and (minor < 33 or (minor < 35 and not w.image_volumes)):
             hint = (
                 "Pod Security restricted admits image volumes from Kubernetes 1.33 (kubernetes#130394); on 1.33 and "
                 "1.34 the ImageVolume feature gate is off by default and an API server without it drops the volume "
@@ -180,8 +160,28 @@ class TeamSettings(Section):
             expected = "expected Kubernetes 1.35+, or 1.33+ with workspace.imageVolumes: true (the ImageVolume gate)"
             given = f"{w.kubernetes_version}, imageVolumes {w.image_volumes}"
             found.append(Problem("job.volumes", expected, given, hint))
-        webhook = trainjob_problems(self) if job.enabled and job.kind == "trainjob" else []
-        return found + self._gang_problems() + webhook
+        rendered = job.enabled and job.kind == "trainjob" and not any(v.problems() for v in job.volumes)
+        webhook = trainjob_problems(self) if rendered else []
+        taken = pod_paths(self.checkpoint.landing.enabled, self.staging.enabled)
+        found += volume_problems(job.volumes, taken, w.vended_claims, tenants.SPACE_CLAIM)
+        found += [p for p in [pool_problem(job.node_pool, w.node_pools)] if p]
+        return found + self._gang_problems() + webhook + self._quota_problems()
+
+    def _quota_problems(self) -> list[Problem]:
+        """The stack's claims, and each pod's scratch, landing and staged volumes, within what the namespace's
+        quota leaves it (``workspace.storageQuota``): the API server refuses the claim, or the pod, over it."""
+        if not self.workspace.storage_quota:
+            return []
+        d, c, st, pods = self.dataset, self.checkpoint, self.staging, self.job.pods()
+        claims: dict[Tier, list[tuple[str, str]]] = {}
+        own = [("checkpoint.size", "checkpoint", [c.size])]
+        own += [("dataset.size", d.tier, [d.size])] if d.source == "claim" else []
+        own += [("checkpoint.landing.size", "hot", [c.landing.size] * pods)] if c.landing.enabled else []
+        if st.enabled:
+            own.append(("staging.size", "hot", [st.size] * (1 if st.claim else self.job.pods("data"))))
+        for key, tier, sizes in own + pod_requests(self.job.volumes, pods):
+            claims.setdefault(tier, []).extend((key, size) for size in sizes)
+        return over_quota(QuotaSettings(tiers=self.workspace.storage_quota), claims)
 
     def _gang_problems(self) -> list[Problem]:
         """Volcano enqueues a gang only when its pods' requests fit the queue's capability; otherwise the job stays
@@ -224,8 +224,7 @@ class TeamSettings(Section):
 def trainjob_problems(s: TeamSettings) -> list[Problem]:
     """What Kubeflow Trainer v2.3.0's validating webhook refuses in the TrainJob this workspace renders
     (``trainjob_webhook_errors``), as problems of the job's settings."""
-    where = PodContext(s.queue_name, s.workspace.run_as_user, s.dataset.name, s.checkpoint.claim)
-    errors = trainjob_webhook_errors(train_job_spec(s.job, where))
+    errors = trainjob_webhook_errors(train_job_spec(s.job, s.pods()))
     expected = "expected a TrainJob the Trainer's webhook admits"
     return [Problem("job", expected, error, TRAINJOB_HINT) for error in errors]
 
@@ -298,9 +297,7 @@ class TeamWorkspace(pulumi.ComponentResource):
     def _job(self, name: str, s: TeamSettings, after: list[pulumi.Resource]) -> pulumi.Output[str]:
         """The training job in its kind (``job_kinds``)."""
         local = landing(s.checkpoint.landing, f"{s.workspace.tier_prefix}hot", s.checkpoint_dir)
-        tier = "hot" if s.staging.enabled else s.dataset.tier  # staged: the pods read the copy on the hot tier
-        where = PodContext(s.queue_name, s.workspace.run_as_user, s.dataset.name, s.checkpoint.claim, local, tier)
-        spec = job_spec(s.job, where)
+        spec = job_spec(s.job, s.pods(local))
         if s.job.kind == "volcano":
             _stage_dataset(spec, s)
         api, kind = API[s.job.kind]

@@ -38,6 +38,7 @@ from .juicefs import JuiceFS
 from .object_store import ObjectStore
 from .quotas import TEAM_LABEL, QuotaSettings, limit_range_spec, over_quota, quota_spec
 from .sections import DnsLabel, Problem, Quantity, Section, merge
+from .storage_tiers import Tier
 
 OFFSITE_ACCOUNT = "offsite"
 """ServiceAccount the team's offsite copies run as (annotated with the team's IAM role under IRSA)."""
@@ -110,9 +111,12 @@ class TeamNamespace(Section):
             expected = "distinct namespaces, with artifacts: true" if readers else "no readers"
             hint = "readers read what the team publishes: name each serving namespace once and keep artifacts on"
             found.append(Problem("artifactReaders", f"expected {expected}", readers, hint))
+        return found + over_quota(self.quota, self.vended_requests())
+
+    def vended_requests(self) -> dict[Tier, list[tuple[str, str]]]:
+        """What the platform's claims in the namespace request, by tier (settings key, size)."""
         cold = [("space", self.space)] if self.space else []
-        cold += [(f"datasets[{i}]", STATIC_REQUEST) for i in range(len(self.datasets))]
-        return found + over_quota(self.quota, {"cold": cold})
+        return {"cold": cold + [(f"datasets[{i}]", STATIC_REQUEST) for i in range(len(self.datasets))]}
 
 
 class TeamsSettings(Section):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from components import training
@@ -341,3 +343,41 @@ def test_image_volumes_need_a_cluster_that_keeps_them(workspace, accepted):
     else:
         with pytest.raises(SettingsError, match=r"job\.volumes: expected Kubernetes 1\.35"):
             load_team_settings(config)
+
+
+# ------------------------------------------------------------------------------- loaders that burst into idle CPU
+
+
+@pytest.mark.parametrize("kind", ["trainjob", "pytorchjob", "tfjob", "volcano"])
+def test_a_cpu_burst_raises_only_the_cpu_limit_of_every_trainer(kind):
+    job = rendered(kind, num_nodes=2, resources_per_node=GPU, cpu_burst=2.5)
+    if kind == "trainjob":  # the Trainer puts resourcesPerNode on the node container
+        given = [job["spec"]["trainer"]["resourcesPerNode"]]
+    else:
+        given = [pod["spec"]["containers"][0]["resources"] for pod in pods(job).values()]
+    for resources in given:
+        assert resources["requests"] == {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": 1}
+        assert resources["limits"] == {"cpu": "20000m", "memory": "32Gi", "nvidia.com/gpu": 1}
+    assert validate_custom_resource(job) == []
+    still = rendered(kind, num_nodes=2, resources_per_node=GPU)  # no burst: Guaranteed, limits equal requests
+    if kind == "trainjob":
+        assert still["spec"]["trainer"]["resourcesPerNode"] == {
+            "limits": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": 1}
+        }
+    else:
+        for pod in pods(still).values():
+            resources = pod["spec"]["containers"][0]["resources"]
+            assert resources["limits"] == resources["requests"]
+
+
+@pytest.mark.parametrize(
+    ("job", "expected"),
+    [
+        ({"cpuBurst": 0.5, "resourcesPerNode": GPU}, "cpuBurst: expected a number >= 1"),
+        ({"cpuBurst": 2}, "cpuBurst: expected a CPU request in every pod's resources"),
+        ({"cpuBurst": 2, "resourcesPerNode": {"memory": "8Gi"}}, "cpuBurst: expected a CPU request"),
+    ],
+)
+def test_a_bad_cpu_burst_is_refused_naming_the_key(job, expected):
+    with pytest.raises(SettingsError, match=re.escape(f"job.{expected}")):
+        load_team_settings({"job": job})

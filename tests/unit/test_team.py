@@ -114,7 +114,12 @@ def test_trainjob_patches_queue_dataset_checkpoints_and_non_root_into_the_node_p
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     assert mounts["/data"]["readOnly"] is True and "readOnly" not in mounts["/checkpoints"]
     claims = {v["name"]: v["persistentVolumeClaim"] for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v}
-    expected = {"data": {"claimName": "imagenet-mini", "readOnly": True}, "checkpoints": {"claimName": "checkpoints"}}
+    expected = {
+        "data": {"claimName": "imagenet-mini", "readOnly": True},
+        "checkpoints": {"claimName": "checkpoints"},
+        "space": {"claimName": "space", "readOnly": False},  # the example's job volumes (test_job_volumes)
+        "eval": {"claimName": "vision-eval", "readOnly": True},
+    }
     assert claims == expected
     security = pod["spec"]["securityContext"]
     assert security["runAsNonRoot"] is True and security["fsGroup"] == 10001
@@ -172,7 +177,7 @@ def container_of(result: render.Rendering, stack: str) -> dict:
 @pytest.mark.parametrize(("stack", "job"), [("dev", "resnet50"), ("dev-volcano", "conformer")])
 def test_a_landing_volume_on_the_hot_tier_is_mounted_and_named_to_the_library(render_team, stack, job):
     result, _ = render_team(
-        stack, checkpoint={"landing": {"enabled": True, "size": "300Gi"}}, workspace={"tierPrefix": "ai-"}
+        stack, checkpoint={"landing": {"enabled": True, "size": "150Gi"}}, workspace={"tierPrefix": "ai-"}
     )
     pod, container = pod_of(result, stack), container_of(result, stack)
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
@@ -180,7 +185,7 @@ def test_a_landing_volume_on_the_hot_tier_is_mounted_and_named_to_the_library(re
     assert template["spec"] == {
         "accessModes": ["ReadWriteOnce"],
         "storageClassName": "ai-hot",
-        "resources": {"requests": {"storage": "300Gi"}},
+        "resources": {"requests": {"storage": "150Gi"}},
     }
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     assert mounts["/checkpoint-landing"] == "checkpoint-landing" and mounts["/checkpoints"] == "checkpoints"
@@ -340,7 +345,7 @@ def test_each_kind_of_the_example_runs_in_the_teams_queue_with_its_claims_as_the
         claims = {
             v["persistentVolumeClaim"]["claimName"] for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v
         }
-        assert claims <= {"checkpoints", "imagenet-mini", "librispeech"} and claims
+        assert claims <= {"checkpoints", "imagenet-mini", "librispeech", "space", "vision-eval"} and claims
     for obj in [o for objs in result.manifests.values() for o in objs]:
         assert validate_object(obj, "1.33") == [], obj["kind"]
 
