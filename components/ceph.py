@@ -128,6 +128,17 @@ class RgwSettings(Section):
     """HTTP port of the gateway Service."""
 
 
+class MdsSettings(Section):
+    """The metadata servers of a CephFS filesystem."""
+
+    active_count: int = Field(1, ge=1, le=16)
+    """Active metadata servers (ranks, Ceph's `max_mds`): each caches the metadata of its part of the tree; sized by
+    the tier's decision record (`fileCount`, about 2 KiB of MDS cache per file) against each server's cache (Rook
+    sets `mds_cache_memory_limit` to half of `resources.mds.memoryLimit`)."""
+    active_standby: bool = True
+    """A standby-replay server beside each active one, following its journal: failover in seconds, not minutes."""
+
+
 class CheckpointDevicesSettings(Section):
     """Which OSDs hold the checkpoint filesystem's pools."""
 
@@ -137,6 +148,8 @@ class CheckpointDevicesSettings(Section):
     share_warm_devices: bool = False
     """Let a protected stack keep the checkpoint pools on the warm tier's OSDs (write the reason next to it): a
     checkpoint burst then competes with training reads for the same disks."""
+    mds: MdsSettings = MdsSettings()
+    """The checkpoint filesystem's metadata servers."""
 
 
 class RookCephSettings(Section):
@@ -171,6 +184,8 @@ class RookCephSettings(Section):
     every OSD, the checkpoint class's included."""
     checkpoint: CheckpointDevicesSettings = CheckpointDevicesSettings()
     """The checkpoint filesystem's own devices (`deviceClass`), or the opt-in to share the warm tier's."""
+    mds: MdsSettings = MdsSettings()
+    """The warm filesystem's metadata servers."""
     rgw: RgwSettings = RgwSettings()
     """Ceph RGW object store (objectStore backend `ceph-rgw`)."""
     cleanup_policy: CleanupPolicySettings = CleanupPolicySettings()
@@ -359,17 +374,18 @@ def cluster_spec(s: RookCephSettings) -> dict[str, Any]:
     }
 
 
-def filesystem_spec(s: RookCephSettings, device_class: str | None = None) -> dict[str, Any]:
-    """A CephFilesystem with one replicated data pool named `data` (Ceph pool `<fs>-data`), its pools on the
-    OSDs of ``device_class`` (see :func:`pool_spec`)."""
+def filesystem_spec(s: RookCephSettings, role: str) -> dict[str, Any]:
+    """The ``warm`` or ``checkpoint`` CephFilesystem: one replicated data pool named `data` (Ceph pool
+    `<fs>-data`), its pools on the OSDs of the role's device class (see :func:`pool_spec`), its metadata servers."""
+    device_class, mds = filesystem_class(s, role), s.checkpoint.mds if role == "checkpoint" else s.mds
     return {
         "metadataPool": pool_spec(s, device_class),
         "dataPools": [{"name": "data", **pool_spec(s, device_class)}],
         "preserveFilesystemOnDelete": True,
         "preservePoolsOnDelete": True,
         "metadataServer": {
-            "activeCount": 1,
-            "activeStandby": True,
+            "activeCount": mds.active_count,
+            "activeStandby": mds.active_standby,
             "resources": s.resources.mds.spec(),
             "priorityClassName": "system-cluster-critical",
         },

@@ -248,6 +248,38 @@ def checkpoint_sizing_problems(s: Any) -> list[Problem]:
     return found
 
 
+INODE_CACHE_BYTES = 2048
+"""MDS cache one file's metadata takes, about ("each file inode in MDS uses about 2k memory": Yan, Zheng, CephFS
+maintainer, ceph-users, March 2016)."""
+MDS_CACHE_SHARE = 0.5
+"""The share of an MDS pod's memory limit Rook gives its cache (``mds_cache_memory_limit``, rook
+pkg/operator/ceph/file/mds: ``mdsCacheMemoryLimitFactor``; the MDS uses about 125 % of it)."""
+
+
+def mds_sizing_problems(s: Any) -> list[Problem]:
+    """Each Ceph filesystem's active metadata servers cache the metadata of the files its tier's record holds."""
+    ceph, found = s.rook_ceph, []
+    if not ceph.enabled:
+        return []
+    cache = quantity_bytes(ceph.resources.mds.memory_limit) * MDS_CACHE_SHARE
+    for tier, mds, key in (("warm", ceph.mds, "mds"), ("checkpoint", ceph.checkpoint.mds, "checkpoint.mds")):
+        files = getattr(s.tiers.decisions, tier).file_count
+        needed = -(-files * INODE_CACHE_BYTES // int(cache))
+        if getattr(s.tiers, tier) != "cephfs" or mds.active_count >= needed:
+            continue
+        arithmetic = (
+            f"{files:,} files (tiers.decisions.{tier}.fileCount) x 2 KiB over {_gib(cache, 1)} of cache per server "
+            f"(half of rookCeph.resources.mds.memoryLimit {ceph.resources.mds.memory_limit}): {needed}"
+        )
+        hint = (
+            "a server whose cache cannot hold the tier's metadata reads it back from the metadata pool on every "
+            "miss: raise the active count (each with its standby-replay), rookCeph.resources.mds.memoryLimit "
+            "(Red Hat advises 8 to 64 GB of cache per server), or set the record to the tier's files"
+        )
+        found.append(Problem(f"rookCeph.{key}.activeCount", f"expected at least {arithmetic}", mds.active_count, hint))
+    return found
+
+
 def _device_class_problems(
     record: DecisionRecord, pools: str | None, speeds: Mapping[str, DeviceSpeed]
 ) -> list[Problem]:
@@ -287,5 +319,5 @@ def _claim_problems(record: DecisionRecord, training: Any) -> list[Problem]:
     return [Problem("training.checkpointSize", f"expected at least {arithmetic}", training.checkpoint_size, hint)]
 
 
-def _gib(size: float) -> str:
-    return f"{size / 2**30:,.0f}Gi"
+def _gib(size: float, digits: int = 0) -> str:
+    return f"{size / 2**30:,.{digits}f}Gi"

@@ -217,7 +217,7 @@ class RookCeph(pulumi.ComponentResource):
         self._fs: dict[str, list[pulumi.Resource]] = {}
         self.filesystems = {}
         for role, fs_name in (("warm", s.warm_filesystem), ("checkpoint", s.checkpoint_filesystem)):
-            spec = filesystem_spec(s, filesystem_class(s, role))
+            spec = filesystem_spec(s, role)
             fs = self._custom(f"{role}-fs", "CephFilesystem", fs_name, spec, after_cluster)
             group_spec = {"name": CSI_SUBVOLUME_GROUP, "filesystemName": fs_name}
             group = self._custom(

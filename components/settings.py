@@ -18,7 +18,7 @@ from pydantic import Field
 from .acceptance import AcceptanceSettings
 from .backends.object_stores.s3 import with_provider_region
 from .checkpoints import CheckpointProtection
-from .decision_records import checkpoint_sizing_problems
+from .decision_records import checkpoint_sizing_problems, mds_sizing_problems
 from .fluid import FluidSettings, runtime_claim_problems
 from .juicefs import JuiceFSSettings
 from .local_nvme import LocalNVMeSettings
@@ -214,7 +214,8 @@ class PlatformSettings(Section):
                 Problem("objectStore.backend", "expected minio or s3 when rookCeph is disabled", "ceph-rgw", hint)
             )
         pools = untolerated_pools(self.cluster.node_pools, self.node_storage.tolerations)
-        return found + platform_cache_problems(self) + checkpoint_sizing_problems(self) + pools
+        sizing = checkpoint_sizing_problems(self) + mds_sizing_problems(self)
+        return found + platform_cache_problems(self) + sizing + pools
 
     def _scheduling_problems(self) -> list[Problem]:
         """Training needs Volcano, a checkpoint tier and known queues; JuiceFS datasets need JuiceFS."""

@@ -143,7 +143,7 @@ def constraint_values(kind: type, m: Any, path: Path) -> Iterator[tuple[Path, ob
     elif isinstance(m, at.Lt):
         yield path, m.lt, f"expected a number < {bound(m.lt)}"
     elif isinstance(m, at.MinLen):
-        yield path, [], f"at least {m.min_length} item"
+        yield path, {} if kind is dict else [], f"at least {m.min_length} item"
     elif isinstance(m, at.MaxLen) and kind is str:
         yield path, "a" * (m.max_length + 1), f"at most {m.max_length} characters"
     elif getattr(m, "pattern", None):

@@ -217,3 +217,25 @@ def test_the_checkpoint_claim_holds_the_saves_its_record_keeps():
     assert load_settings("prod", merge(two, {"training": {"checkpointSize": "1920Gi"}}))
     with pytest.raises(SettingsError, match=r"keptCheckpoints: expected .*1"):
         load_settings("prod", {"tiers": {"decisions": {"checkpoint": {"keptCheckpoints": 0}}}})
+
+
+def test_the_metadata_servers_cache_the_files_their_tiers_record_holds(render_stack):
+    with pytest.raises(SettingsError) as caught:  # prod before: one server with 2 GiB of cache for 20 M files
+        load_settings("prod", {"rookCeph": {"mds": {"activeCount": 1}, "resources": {"mds": {"memoryLimit": "4Gi"}}}})
+    assert (
+        "rookCeph.mds.activeCount: expected at least 20,000,000 files (tiers.decisions.warm.fileCount) x 2 KiB over "
+        "2.0Gi of cache per server (half of rookCeph.resources.mds.memoryLimit 4Gi): 20; got 1"
+    ) in str(caught.value)
+    many = {"tiers": {"decisions": {"checkpoint": {"fileCount": 30_000_000}}}}
+    with pytest.raises(
+        SettingsError, match=r"rookCeph\.checkpoint\.mds\.activeCount: expected at least 30,000,000 .*: 5; got 1"
+    ):
+        load_settings("prod", many)  # 30 M x 2 KiB = 57 GiB over 12 GiB per server
+    assert load_settings("prod", merge(many, {"rookCeph": {"checkpoint": {"mds": {"activeCount": 5}}}}))
+    with pytest.raises(SettingsError, match=r"rookCeph\.mds\.activeCount: expected .*1"):
+        load_settings("prod", {"rookCeph": {"mds": {"activeCount": 0}}})
+    result, _ = render_stack("prod")
+    servers = {fs["metadata"]["name"]: fs["spec"]["metadataServer"] for fs in objects(result, "CephFilesystem")}
+    assert servers["ai-warm"]["activeCount"] == 4 and servers["ai-warm"]["activeStandby"] is True
+    assert servers["ai-checkpoint"]["activeCount"] == 1
+    assert servers["ai-warm"]["resources"]["limits"]["memory"] == "24Gi"
