@@ -40,9 +40,11 @@ if platform.teams is not None:
     teams = settings.teams.workspaces
     pulumi.export("teamClaims", {t.name: t.claims() for t in teams})
     pulumi.export("teamQuotaLeft", {t.name: quota_left(t.quota, t.vended_requests()) for t in teams})
-# What a team's workspace settings copy (workspace.jobKinds, nodePools and queueCapability, docs/jobs.md).
+# What a team's workspace settings copy (workspace.jobKinds, runtimes, nodePools and queueCapability, docs/jobs.md).
 pulumi.export("jobKinds", settings.training.job_kinds + (["volcano"] if settings.volcano.enabled else []))
 pulumi.export("nodePools", {name: pool.spec() for name, pool in settings.cluster.node_pools.items()})
+if settings.training.enabled and "trainer-v2" in settings.training.operators:
+    pulumi.export("trainingRuntimes", [r.name for r in settings.training.runtimes])
 if settings.volcano.enabled:
     capability = {t.name: t.queue.capability.spec() if t.queue.capability else None for t in settings.teams.workspaces}
     pulumi.export("teamQueues", capability)

@@ -164,7 +164,8 @@ class TeamSettings(Section):
         webhook = trainjob_problems(self) if rendered else []
         taken = pod_paths(self.checkpoint.landing.enabled, self.staging.enabled)
         found += volume_problems(job.volumes, taken, w.vended_claims, tenants.SPACE_CLAIM)
-        found += [p for p in [pool_problem(job.node_pool, w.node_pools)] if p]
+        runtime = w.runtime_problem(job.runtime) if job.enabled and job.kind == "trainjob" else None
+        found += [p for p in (pool_problem(job.node_pool, w.node_pools), runtime) if p]
         return found + self._gang_problems() + webhook + self._quota_problems()
 
     def _quota_problems(self) -> list[Problem]:

@@ -38,6 +38,9 @@ class WorkspaceSettings(Section):
     image_volumes: bool = False
     """The cluster's `ImageVolume` feature gate is on (off by default on 1.33 and 1.34, where an API server without it
     silently drops image volumes; on from 1.35)."""
+    runtimes: list[DnsLabel] | None = None
+    """The platform's ClusterTrainingRuntimes (its stack output `trainingRuntimes`): what a TrainJob's `job.runtime`
+    may name; unset: not checked."""
     node_pools: dict[DnsLabel, NodePool] = {}
     """The platform's node pools (its stack output `nodePools`): what `job.nodePool` may name."""
     vended_claims: list[DnsLabel] = []
@@ -53,3 +56,14 @@ class WorkspaceSettings(Section):
         with its default settings (this project does not read the platform's stack)."""
         problem = namespace_problem("namespace", self.namespace, platform_defaults())
         return [problem] if problem else []
+
+    def runtime_problem(self, runtime: str) -> Problem | None:
+        """A TrainJob's runtime the platform does not have (its pods would never be created)."""
+        if self.runtimes is None or runtime in self.runtimes:
+            return None
+        hint = (
+            "the Trainer refuses a TrainJob whose runtime does not exist: copy the platform stack's output "
+            "trainingRuntimes into workspace.runtimes, and name one of them (the platform's training.runtimes)"
+        )
+        listed = ", ".join(self.runtimes) or "none"
+        return Problem("job.runtime", f"expected one of the platform's runtimes ({listed})", runtime, hint)

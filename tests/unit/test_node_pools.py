@@ -1,6 +1,7 @@
 """Node pools: the platform defines them once (labels, taints' tolerations) and exports them; a team job asks for one
 by name and its pods land only on that pool's nodes (the scheduler's nodeSelector and taint filters); unknown
-pools, empty labels and taints the storage node plugins do not tolerate are refused naming the key."""
+pools, empty labels and taints the storage node plugins do not tolerate are refused naming the key; so is a
+TrainJob runtime the platform does not have (its output trainingRuntimes)."""
 
 from __future__ import annotations
 
@@ -109,3 +110,20 @@ def test_a_bad_pool_is_refused_naming_the_key(pool, key):
 )
 def test_a_toleration_covers_another_as_the_scheduler_matches_taints(given, needed, expected):
     assert covers(Toleration(**given), Toleration(**needed)) is expected
+
+
+def test_a_trainjob_names_a_runtime_the_platform_has():
+    from components.toolchain import render
+
+    platform = render.rendering("dev", render.run("dev")).outputs
+    config = _example_config()
+    assert platform["trainingRuntimes"] == load_team_settings(config).workspace.runtimes
+    with pytest.raises(SettingsError) as caught:
+        load_team_settings({**config, "job": {**config["job"], "runtime": "torch-distributed"}})
+    assert (
+        "job.runtime: expected one of the platform's runtimes (torch-distributed-team-a); got 'torch-distributed'"
+    ) in str(caught.value)
+    volcano = {**config["job"], "kind": "volcano", "runtime": "torch-distributed"}  # only a TrainJob has a runtime
+    assert load_team_settings({**config, "job": volcano}).job.kind == "volcano"
+    unchecked = {**config, "workspace": {k: v for k, v in config["workspace"].items() if k != "runtimes"}}
+    assert load_team_settings({**unchecked, "job": {**config["job"], "runtime": "any"}})
