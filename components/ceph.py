@@ -186,6 +186,10 @@ class RookCephSettings(Section):
     """The checkpoint filesystem's own devices (`deviceClass`), or the opt-in to share the warm tier's."""
     mds: MdsSettings = MdsSettings()
     """The warm filesystem's metadata servers."""
+    mclock_profile: Literal["balanced", "high_client_ops", "high_recovery_ops"] = "balanced"
+    """How the OSDs' mClock scheduler shares each disk between clients and recovery (`osd_mclock_profile`):
+    `balanced` (Ceph's default), `high_client_ops` (training reads first; recovery after a lost disk takes longer,
+    so the data stays with fewer copies longer), `high_recovery_ops` (back to full copies first)."""
     rgw: RgwSettings = RgwSettings()
     """Ceph RGW object store (objectStore backend `ceph-rgw`)."""
     cleanup_policy: CleanupPolicySettings = CleanupPolicySettings()
@@ -348,6 +352,7 @@ def cluster_spec(s: RookCephSettings) -> dict[str, Any]:
         **({"placement": {"osd": on, "prepareosd": on}} if s.storage.osd_node_selector else {}),
         "cephVersion": {"image": versions.CEPH_IMAGE, "allowUnsupported": False},
         "dataDirHostPath": s.data_dir_host_path,
+        "cephConfig": {"osd": {"osd_mclock_profile": s.mclock_profile}},
         # Ceph-CSI keys the kernel clients of Linux < 7.0 understand (Rook's v1.20 default).
         "security": {"cephx": {"csi": {"keyType": "aes"}}},
         "mon": {"count": s.mon_count, "allowMultiplePerNode": False},

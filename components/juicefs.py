@@ -305,10 +305,15 @@ class JuiceFS(pulumi.ComponentResource):
         """The driver and the volume Secret: what a PersistentVolume of the volume waits for."""
         return [self._driver, self._secret, *([self._mount_account] if self._mount_account else [])]
 
-    def static_volume(self, handle: str, subdir: str, read_only: bool) -> dict[str, Any]:
+    @property
+    def cache_dir(self) -> str:
+        """The cold tier's cache directories (``juicefs.cache.cacheDir``)."""
+        return self._settings.cache.cache_dir
+
+    def static_volume(self, handle: str, subdir: str, read_only: bool, own: Sequence[str] = ()) -> dict[str, Any]:
         """A static PersistentVolume's ``csi`` and ``mountOptions`` that mount only ``subdir`` of the volume (the
-        mount pod runs `juicefs mount --subdir`; read-only mounts also get `ro` from the driver); the volume
-        Secret stays in the driver's namespace (``nodePublishSecretRef``)."""
+        mount pod runs `juicefs mount --subdir`; read-only mounts also get `ro` from the driver), ``own`` options
+        over the cold tier's by name; the volume Secret stays in the driver's namespace (``nodePublishSecretRef``)."""
         secret = {"name": SECRET_NAME, "namespace": self._settings.namespace}
         csi: dict[str, Any] = {
             "driver": DRIVER,
@@ -319,7 +324,8 @@ class JuiceFS(pulumi.ComponentResource):
         }
         if self._mount_account is not None:  # IAM roles: the mount pod runs as the account with the volume's role
             csi["volumeAttributes"] = {MOUNT_ACCOUNT_PARAMETER: MOUNT_ACCOUNT}
-        return {"csi": csi, "mountOptions": [*mount_options(self._settings.cache), f"subdir={subdir}"]}
+        options = {o.split("=", 1)[0]: o for o in [*mount_options(self._settings.cache), *own]}
+        return {"csi": csi, "mountOptions": [*options.values(), f"subdir={subdir}"]}
 
     def tier_class(self, tier: Tier) -> TierClass:
         """Any tier on JuiceFS: shared (RWX), object-backed, with the cache mount options (and, with IAM roles

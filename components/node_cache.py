@@ -157,11 +157,12 @@ def _under(path: str, home: str) -> bool:
 
 
 def cache_home_problems(
-    home: CacheVolumeSettings | None, juicefs: Any, fluid_levels: list[tuple[str, Any]]
+    home: CacheVolumeSettings | None, juicefs: Any, fluid_levels: list[tuple[str, Any]], team_mib: int = 0
 ) -> list[Problem]:
     """The caches live on the node cache volume and fit it: ``juicefs`` (its CacheSettings, or None when the cold
-    tier has no JuiceFS client), ``fluid_levels`` (``(key, CacheLevel)`` of every Fluid dataset); ``home`` None when
-    the stack has no cache volume (then no cache may stay on JuiceFS's root-disk default)."""
+    tier has no JuiceFS client), ``fluid_levels`` (``(key, CacheLevel)`` of every Fluid dataset), ``team_mib`` (the
+    teams' own shares of the JuiceFS cache, ``team_io``); ``home`` None when the stack has no cache volume (then no
+    cache may stay on JuiceFS's root-disk default)."""
     found = []
     if home is None:
         defaults = ("/var/jfsCache", CACHE_PATH)  # JuiceFS's own and the platform's: the root disk, volume off
@@ -184,13 +185,16 @@ def cache_home_problems(
             found.append(Problem(f"{key}.path", f"expected a directory under {home.path}", level.path, hint))
     fluid_gib = sum(kube.quantity_bytes(level.quota) for _, level in disk_levels) / 2**30
     cache_mib, kept_free = (juicefs.cache_size_mib, juicefs.free_space_ratio) if juicefs is not None else (0, 0.0)
-    juicefs_gib = cache_mib / 1024 / (1 - kept_free)
+    juicefs_gib = (cache_mib + team_mib) / 1024 / (1 - kept_free)
     if juicefs_gib + fluid_gib > home.size_gib:
+        teams = f" and the teams' shares {team_mib} MiB" if team_mib else ""
         arithmetic = (
-            f"the JuiceFS cache {cache_mib} MiB with {kept_free:g} kept free needs {juicefs_gib:,.0f} GiB, "
+            f"the JuiceFS cache {cache_mib} MiB{teams} with {kept_free:g} kept free needs {juicefs_gib:,.0f} GiB, "
             f"Fluid's SSD levels {fluid_gib:,.0f} GiB: {juicefs_gib + fluid_gib:,.0f} GiB"
         )
-        hint = "grow localNvme.cacheVolume.sizeGib or shrink juicefs.cache.cacheSizeMib / the Fluid quotas"
+        hint = "grow localNvme.cacheVolume.sizeGib or shrink juicefs.cache.cacheSizeMib / the Fluid quotas" + (
+            " / the teams' io.cacheSizeMib" if team_mib else ""
+        )
         found.append(Problem("localNvme.cacheVolume.sizeGib", f"expected at least {arithmetic}", home.size_gib, hint))
     return found
 
@@ -202,4 +206,5 @@ def platform_cache_problems(s: Any) -> list[Problem]:
     juicefs = s.juicefs.cache if s.juicefs.enabled and s.tiers.cold != "none" else None
     datasets = s.fluid.enabled_datasets()
     levels = [(f"fluid.datasets[{i}].cache[{j}]", c) for i, d in enumerate(datasets) for j, c in enumerate(d.cache)]
-    return cache_home_problems(home, juicefs, levels)
+    shares = sum(t.io.cache_size_mib or 0 for t in s.teams.workspaces if t.datasets or t.space) if juicefs else 0
+    return cache_home_problems(home, juicefs, levels, shares)

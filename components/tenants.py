@@ -5,16 +5,15 @@ and creating object-store credentials needs rights on the bucket that no team ma
 creates, for each team in ``teams.workspaces``:
 
 - the namespace, with Pod Security labels and ``ai-storage-platform/team: <name>``, its ResourceQuota and
-  LimitRange (``quotas``) and the team's Volcano Queue (cluster-scoped: a team with namespace rights cannot
-  create it);
+  LimitRange (``quotas``) and the team's Volcano Queue (cluster-scoped: a team cannot create it);
 - for offsite checkpoint copies: the ServiceAccount ``offsite`` (with the IAM role annotation under IRSA), the
   ConfigMap ``offsite-target`` (where copies go) and the Secret ``offsite-credentials`` with keys that reach
   only ``checkpoints/<namespace>/`` of the bucket; for trained models the same three (``artifacts``) for
   ``artifacts/<team>/``, and read-only ones in each of its ``artifactReaders`` (``artifacts``);
 - read-only claims on the shared datasets it may read: static JuiceFS PersistentVolumes that mount only
   ``/datasets/<name>``, or Fluid reference Datasets (``dataset://``) of the platform's Fluid datasets; and its
-  writable space, a claim on ``/teams/<name>``. JuiceFS volumes are mounted by the CSI driver, whose volume
-  Secret (metadata URL, bucket keys) stays in the driver's namespace.
+  writable space, a claim on ``/teams/<name>``, each with the team's cache share and limits (``team_io``). The
+  JuiceFS volume Secret (metadata URL, bucket keys) stays in the CSI driver's namespace.
 
 The team's own project (``team.TeamWorkspace``) then works inside the namespace; see docs/security.md.
 """
@@ -39,6 +38,7 @@ from .object_store import ObjectStore
 from .quotas import TEAM_LABEL, QuotaSettings, limit_range_spec, over_quota, quota_spec
 from .sections import DnsLabel, Problem, Quantity, Section, merge
 from .storage_tiers import Tier
+from .team_io import TeamIoSettings
 
 OFFSITE_ACCOUNT = "offsite"
 """ServiceAccount the team's offsite copies run as (annotated with the team's IAM role under IRSA)."""
@@ -87,6 +87,8 @@ class TeamNamespace(Section):
     artifact_readers: list[DnsLabel] = []
     """Namespaces of the services that serve the team's models: each gets read-only keys to `artifacts/<name>/`
     (`artifacts-<name>-credentials`). Each must exist, or be another team's namespace."""
+    io: TeamIoSettings = TeamIoSettings()
+    """The team's share of the nodes' JuiceFS cache and its bandwidth limits on its datasets and space."""
 
     @property
     def namespace_name(self) -> str:
@@ -281,14 +283,14 @@ class Teams(pulumi.ComponentResource):
         juicefs: JuiceFS,
         ns: pulumi.Resource,
     ) -> None:
-        """A static PersistentVolume of ``path`` on the JuiceFS volume, bound by ``claimRef`` to ``claim`` in the
-        team's namespace, and the claim (on the cold-tier class, so the quota counts it; ``volumeName`` keeps the
-        provisioner away)."""
+        """A static PersistentVolume of ``path`` on the JuiceFS volume bound to ``claim`` in the team's namespace,
+        and the claim (cold-tier class: the quota counts it; ``volumeName`` keeps the provisioner away)."""
         ns_name = t.namespace_name
         volume = f"team.{ns_name}.{claim}"
         labels = {**kube.labels("team", "dataset" if read_only else "space"), TEAM_LABEL: t.name}
         mode = "ReadOnlyMany" if read_only else "ReadWriteMany"
         cls = f"{args.tier_prefix}cold"
+        own = t.io.mount_options(juicefs.cache_dir, t.name, claim, len(t.datasets) + bool(t.space))
         k8s.core.v1.PersistentVolume(
             f"{name}-volume",
             metadata={"name": volume, "labels": labels},
@@ -298,7 +300,7 @@ class Teams(pulumi.ComponentResource):
                 "persistentVolumeReclaimPolicy": "Retain",
                 "storageClassName": cls,
                 "claimRef": {"namespace": ns_name, "name": claim},
-                **juicefs.static_volume(volume, path, read_only),
+                **juicefs.static_volume(volume, path, read_only, own),
             },
             opts=kube.stateful(self, args.protect, depends_on=juicefs.ready),
         )

@@ -96,7 +96,9 @@ def test_every_storage_node_plugin_tolerates_the_gpu_taint(stack):
 def test_the_charts_own_tolerations_stay_and_none_set_leaves_the_gpu_nodes_uncovered(render_stack):
     """With `nodeStorage.tolerations: []` the charts keep their defaults (JuiceFS's CriticalAddonsOnly), and then
     the GPU nodes get no JuiceFS, TopoLVM or Ceph node plugin: what the setting is for."""
-    result, _ = render_stack("dev", nodeStorage={"tolerations": []})
+    # Dev's GPU node pools without their taint: one the node plugins do not tolerate is refused (test_node_pools).
+    untainted = {"nodePools": {pool: {"tolerations": []} for pool in ("a100", "h100")}}
+    result, _ = render_stack("dev", nodeStorage={"tolerations": []}, cluster=untainted)
     daemonsets = storage_daemonsets(result)
     uncovered = {name for name, tolerations in daemonsets.items() if not tolerates(tolerations, GPU_TAINT)}
     fuse = {name for name in daemonsets if name.startswith("fluid/") and name.endswith("-fuse")}

@@ -25,6 +25,7 @@ def generated_config(stack: str = "dev", **overrides) -> dict:
     the JuiceFS volume Secret and the cold-tier StorageClass.
 
     Returns ``{"redis_conf": str, "volume_secret": dict[str, str], "mount_options": list[str],
+    "team_mount_options": {resource name: list[str]},
     "offsite_script": str, "offsite_env": dict[str, str], "exporter_passwords": str,
     "mount_pod_post_start": list[str]}`` (the offsite checkpoint copy of the platform's checkpoint claim; the
     redis_exporter's password file; the command the JuiceFS CSI mount pods run once started, with the
@@ -51,6 +52,14 @@ def generated_config(stack: str = "dev", **overrides) -> dict:
         "exporter_passwords": redis_config["exporter-passwords.json"],
         "volume_secret": dict(revealed(state["ai-storage-juicefs-volume"]["stringData"])),
         "mount_options": list(state["ai-storage-tiers-cold"]["mountOptions"]),
+        # The static PersistentVolumes vended to teams (datasets, space), with each team's cache share and limits.
+        "team_mount_options": {
+            key: list(value["spec"]["mountOptions"])
+            for key, value in state.items()
+            if key.startswith("ai-storage-teams-")
+            and key.endswith("-volume")
+            and "mountOptions" in value.get("spec", {})
+        },
         "offsite_script": copy["command"][-1],
         "offsite_env": {e["name"]: e["value"] for e in copy["env"]},
         "mount_pod_post_start": [c for p in patches for c in p["lifecycle"]["postStart"]["exec"]["command"]],

@@ -184,3 +184,20 @@ def test_a_corrupted_cache_block_is_caught_by_the_generated_checksum_level(
         with open(again.mountpoint / path.name, "rb", buffering=0) as f:
             back = b"".join(iter(lambda: f.read(1024 * 1024), b""))
     assert (back == data) is detected
+
+
+def test_a_teams_cache_share_and_bandwidth_limits_are_client_flags_and_mount(stack, fuse_ok, generated, juicefs_flags):
+    """Dev's speech team: its vended space mounts with its own cache directory and size and its download and
+    upload limits, each one the real client's flag (not handed to FUSE)."""
+    options = generated["team_mount_options"]["ai-storage-teams-speech-space-volume"]
+    assert "download-limit=1000" in options and "upload-limit=1000" in options and "cache-size=1024" in options
+    assert any(o.startswith("cache-dir=") and o.endswith("/teams/speech/space") for o in options)
+    args = harness.mount_options_to_args(options, cache_root=stack.workdir / "team-args", spec=juicefs_flags)
+    assert {"--download-limit=1000", "--upload-limit=1000", "--cache-size=1024"} <= set(args.flags)
+    assert not any(o.split("=")[0] in ("download-limit", "upload-limit", "cache-size") for o in args.fuse_options)
+    data = os.urandom(4 * SIZE)
+    # Without subdir: /teams/speech does not exist on this fresh volume (the platform creates it on a real one).
+    with stack.mount([o for o in options if not o.startswith("subdir=")], name="mnt-team") as team:
+        (team.mountpoint / "team-file.bin").write_bytes(data)
+        harness.drop_page_cache()
+        assert (team.mountpoint / "team-file.bin").read_bytes() == data

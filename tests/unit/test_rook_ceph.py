@@ -438,3 +438,16 @@ def test_osds_kept_on_storage_nodes_of_their_own_may_take_their_nvme_disks(rende
     with pytest.raises(SettingsError) as caught:
         load_settings("dev", {"rookCeph": {"storage": {"deviceFilter": "^nvme[1-9]n1$", "osdNodeSelector": same}}})
     assert "rookCeph.storage.deviceFilter: expected a filter that matches no NVMe device" in str(caught.value)
+
+
+@pytest.mark.parametrize("profile", ["balanced", "high_client_ops", "high_recovery_ops"])
+def test_the_mclock_profile_reaches_every_osd_through_the_clusters_ceph_config(render_stack, profile):
+    result, _ = render_stack("prod", rookCeph={"mclockProfile": profile})
+    (cluster,) = objects(result, "CephCluster")
+    assert cluster["spec"]["cephConfig"] == {"osd": {"osd_mclock_profile": profile}}
+    assert validate_custom_resource(cluster) == []
+
+
+def test_an_unknown_mclock_profile_is_refused_naming_the_key():
+    with pytest.raises(SettingsError, match=r"rookCeph\.mclockProfile: expected one of 'balanced'"):
+        load_settings("prod", {"rookCeph": {"mclockProfile": "custom"}})

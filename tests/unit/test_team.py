@@ -97,7 +97,10 @@ def test_trainjob_runs_on_the_named_runtime_with_the_trainer_overrides(render_te
     assert job["spec"]["runtimeRef"] == {"name": "torch-distributed-team-a"}
     trainer = job["spec"]["trainer"]
     assert trainer["numNodes"] == 2 and trainer["image"] == "ghcr.io/example/vision-trainer:1.4.0"
-    assert trainer["resourcesPerNode"] == {"limits": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": 1}}
+    assert trainer["resourcesPerNode"] == {  # the example's cpuBurst 2: the limit twice the CPU request
+        "requests": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": 1},
+        "limits": {"cpu": "16000m", "memory": "32Gi", "nvidia.com/gpu": 1},
+    }
 
 
 def test_trainjob_patches_queue_dataset_checkpoints_and_non_root_into_the_node_pods(render_team):

@@ -219,7 +219,7 @@ def test_vended_volumes_and_claims_follow_the_stacks_protection(render_stack):
     _, monitor = render_stack("dev", **protected)
     kinds = ("kubernetes:core/v1:PersistentVolume", "kubernetes:core/v1:PersistentVolumeClaim")
     vended = [r for r in monitor.registrations if r.type in kinds and r.name.startswith("ai-storage-teams-")]
-    assert len(vended) == 6  # speech: librispeech and space; vision: space (a volume and a claim each)
+    assert len(vended) == 8  # speech: librispeech and space; vision: vision-eval and space (a volume and a claim each)
     assert all(r.protect and r.retain_on_delete for r in vended)
 
 
