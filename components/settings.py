@@ -17,6 +17,7 @@ from pydantic import Field
 
 from .acceptance import AcceptanceSettings
 from .backends.object_stores.s3 import with_provider_region
+from .capacity import CapacitySettings, capacity_problems
 from .checkpoints import CheckpointProtection
 from .decision_records import checkpoint_sizing_problems, mds_sizing_problems
 from .fluid import FluidSettings, runtime_claim_problems
@@ -118,6 +119,8 @@ class PlatformSettings(Section):
     """Tolerations of the storage drivers' node plugins (to reach tainted GPU nodes)."""
     sources: SourcesSettings = SourcesSettings()
     """Mirrors of the upstream chart repositories and kustomize directories (air-gapped clusters)."""
+    capacity: CapacitySettings = CapacitySettings()
+    """What the cluster's disks hold: every tier's promises must fit (docs/tiers.md, "Capacity")."""
 
     def backends(self) -> dict[str, bool]:
         """Which tier backends the stack enables."""
@@ -214,7 +217,7 @@ class PlatformSettings(Section):
                 Problem("objectStore.backend", "expected minio or s3 when rookCeph is disabled", "ceph-rgw", hint)
             )
         pools = untolerated_pools(self.cluster.node_pools, self.node_storage.tolerations)
-        sizing = checkpoint_sizing_problems(self) + mds_sizing_problems(self)
+        sizing = checkpoint_sizing_problems(self) + mds_sizing_problems(self) + capacity_problems(self)
         return found + platform_cache_problems(self) + sizing + pools
 
     def _scheduling_problems(self) -> list[Problem]:

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..capacity import NEARFULL_RATIO, capacity_rows
 from ..decision_records import DecisionRecord, record_annotations
 from ..design_values import differences
 from ..settings import PROJECT, PlatformSettings, decode, load_settings
@@ -48,6 +49,22 @@ def _records(settings: dict[str, PlatformSettings]) -> list[str]:
             values = record_annotations(getattr(tiers.decisions, tier)).values()
             lines.append(f"| {tier} | `{class_name(tiers, tier)}` | {backend} | " + " | ".join(values) + " |")
         lines.append("")
+    return lines
+
+
+def _capacity(settings: dict[str, PlatformSettings]) -> list[str]:
+    """Each stack's stores: the teams' quotas and the claims on them against what the stated disks hold
+    (``capacity``); a stack whose promises exceed a store is refused, so every table here adds up."""
+    lines = [
+        "Promised: every vended team's quota of a tier, the training checkpoint claim and an acceptance claim per",
+        "tier. Held: from the disks the stack states (`capacity`), Ceph's raw capacity over its copies up to its",
+        f"nearfull ratio ({NEARFULL_RATIO}), TopoLVM's volume groups less the node cache volume, MinIO's volume; S3",
+        "has no bound. A stack whose promises exceed a store is refused with this arithmetic.",
+        "",
+    ]
+    for stack, s in settings.items():
+        lines += [f"### `{stack}`", "", "| store | promised | held | left |", "|---|---|---|---|"]
+        lines += [*capacity_rows(s), ""]
     return lines
 
 
@@ -171,6 +188,9 @@ def tiers_page(root: Path = ROOT, results: Path = RESULTS) -> str:
         "## Decision records, by stack",
         "",
         *_records(settings),
+        "## Capacity: what each stack promises and what its disks hold",
+        "",
+        *_capacity(settings),
         "## Acceptance: each tier's floor, by stack",
         "",
         *_acceptance(settings),
