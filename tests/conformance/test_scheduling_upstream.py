@@ -26,7 +26,8 @@ VARIANTS = {
         }
     },
     "alluxio-and-required-affinity": {
-        "localNvme": {"cacheVolume": {"sizeGib": 64}},  # the JuiceFS cache (11 GiB) and the SSD level (50 GiB)
+        # The JuiceFS cache and dev's two teams' shares (16 GiB with 10 % free) and the SSD level (50 GiB).
+        "localNvme": {"cacheVolume": {"sizeGib": 68}},
         "fluid": {
             "dataAffinity": "required",
             "datasets": [

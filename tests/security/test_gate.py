@@ -69,11 +69,16 @@ def test_no_generated_secret_reaches_the_output(stack, renders):
 
 
 def on_backend(stack: str, backend: str, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Overrides that put ``stack`` on ``backend``; off S3, a stack on ElastiCache runs Sentinel in the cluster."""
+    """Overrides that put ``stack`` on ``backend``; off S3, a stack on ElastiCache runs Sentinel in the cluster, and
+    a stack moved onto MinIO gets a volume that holds its promises on the cold tier (``capacity``)."""
     metadata = dict(metadata or {})
-    if backend != "s3" and stack_settings(stack).metadata.engine == "elasticache":
+    own = stack_settings(stack)
+    if backend != "s3" and own.metadata.engine == "elasticache":
         metadata["engine"] = "sentinel"
-    return {"objectStore": {"backend": backend}, **({"metadata": metadata} if metadata else {})}
+    store: dict[str, Any] = {"backend": backend}
+    if backend == "minio" and own.object_store.backend != "minio":  # a MinIO that holds the teams' cold quotas
+        store["minio"] = {"storageSize": "200Ti"}
+    return {"objectStore": store, **({"metadata": metadata} if metadata else {})}
 
 
 @pytest.mark.parametrize("backend", ["minio", "s3"])

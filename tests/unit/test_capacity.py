@@ -30,19 +30,21 @@ def test_the_shipped_stacks_add_up():
     # eks-gpu-prod: 12 x 3,750 GB = 45e12 B = 41,910 GiB; / 3 x 0.85 = 11,874 GiB; three teams x (1,024 warm +
     # 1,024 checkpoint + 200 block) + 2,560 + 3 x 48 = 9,448 GiB; 2,426 GiB left.
     assert left("eks-gpu-prod")["Ceph OSDs of class nvme"] == "2,426Gi"
-    assert left("dev")["MinIO"] == "18Gi"  # 100 - 2 x 40 - 2
+    assert left("dev")["MinIO"] == "2Gi"  # 20 - 2 x 8 - 2
 
 
 def test_a_stack_that_promises_more_than_its_disks_hold_is_refused_with_the_arithmetic():
-    teams = {"workspaces": [{"name": f"team-{i}"} for i in range(3)]}  # three teams at the code's default quotas
+    teams = {"workspaces": [{"name": f"team-{i}"} for i in range(4)]}  # prod's teams.quota: four teams fit
+    assert len(load_settings("prod", {"teams": teams}).teams.workspaces) == 4
+    teams["workspaces"].append({"name": "team-4"})  # a fifth does not
     with pytest.raises(SettingsError) as caught:
         load_settings("prod", {"teams": teams})
     message = str(caught.value)
     assert (
-        "capacity.cephRaw.nvme: expected Ceph OSDs of class nvme to hold 10,240Gi (checkpoint: team team-0's quota) + "
+        "capacity.cephRaw.nvme: expected Ceph OSDs of class nvme to hold 2,048Gi (checkpoint: team team-0's quota) + "
     ) in message
-    assert "= 33,328Gi: 42,915Gi raw / 3 copies x 0.85 = 12,159Gi; got '12,159Gi'" in message  # 3 x 10Ti + 2,608
-    assert "capacity.cephRaw.ssd: expected Ceph OSDs of class ssd to hold" in message  # 3 x (10Ti + 1Ti) + 96 Gi
+    assert "= 12,848Gi: 42,915Gi raw / 3 copies x 0.85 = 12,159Gi; got '12,159Gi'" in message  # 5 x 2Ti + 2,608
+    assert "= 25,696Gi: 85,831Gi raw / 3 copies x 0.85 = 24,319Gi" in message  # ssd: 5 x (4Ti + 1Ti) + 2 x 48
 
 
 def test_the_hot_tier_and_minio_are_checked_too():
@@ -52,8 +54,8 @@ def test_the_hot_tier_and_minio_are_checked_too():
         load_settings("prod", {**small, "teams": {"workspaces": [{"name": "vision"}]}})  # its 2Ti hot quota
     with pytest.raises(SettingsError, match=r"localNvme\.cacheVolume\.sizeGib: expected less than the volume group"):
         load_settings("prod", {"capacity": {"volumeGroupGib": 1700}})
-    with pytest.raises(SettingsError, match=r"objectStore\.minio\.storageSize: expected MinIO to hold .* = 82Gi"):
-        load_settings("dev", {"objectStore": {"minio": {"storageSize": "50Gi"}}})
+    with pytest.raises(SettingsError, match=r"objectStore\.minio\.storageSize: expected MinIO to hold .* = 18Gi"):
+        load_settings("dev", {"objectStore": {"minio": {"storageSize": "10Gi"}}})
 
 
 def test_unstated_hardware_is_shown_and_not_checked():

@@ -124,7 +124,7 @@ def test_a_bad_storage_quota_is_refused_naming_the_key():
 
 def test_the_team_example_copies_the_platforms_outputs(render_team):
     """The example's vendedClaims and storageQuota are the dev platform's outputs teamClaims.vision and
-    teamQuotaLeft.vision (40Gi of cold quota less the 20Gi space and the 1Gi dataset claim: 19Gi)."""
+    teamQuotaLeft.vision (8Gi of cold quota less the 5Gi space and the 1Gi dataset claim: 2Gi)."""
     from components.toolchain import render
 
     platform = render.rendering("dev", render.run("dev")).outputs
@@ -133,7 +133,7 @@ def test_the_team_example_copies_the_platforms_outputs(render_team):
     copied = {tier: (quantity(q.storage or "0"), q.claims) for tier, q in settings.workspace.storage_quota.items()}
     given = {tier: (quantity(q["storage"]), q["claims"]) for tier, q in platform["teamQuotaLeft"]["vision"].items()}
     assert given == copied
-    assert platform["teamQuotaLeft"]["vision"]["cold"] == {"storage": "19Gi", "claims": 6}
+    assert platform["teamQuotaLeft"]["vision"]["cold"] == {"storage": "2Gi", "claims": 6}
     result, _ = render_team()
     (pod,) = pods(by_name(result, "TrainJob", "resnet50")).values()
     assert {"/scratch", "/space", "/eval"} <= set(mounts(pod))

@@ -65,8 +65,9 @@ def test_the_preparation_script_is_idempotent_shell():
         (
             {"juicefs": {"cache": {"cacheSizeMib": 102400}}},
             "localNvme.cacheVolume.sizeGib",
-            "expected at least the JuiceFS cache 102400 MiB with 0.1 kept free needs 111 GiB, Fluid's SSD "
-            "levels 0 GiB: 111 GiB",
+            # Dev's two teams' shares (2048 MiB each) count beside the cold tier's cache (test_team_io).
+            "expected at least the JuiceFS cache 102400 MiB and the teams' shares 4096 MiB with 0.1 kept free needs "
+            "116 GiB, Fluid's SSD levels 0 GiB: 116 GiB",
         ),
         ({"juicefs": {"cache": {"cacheDir": "/var/jfsCache"}}}, "juicefs.cache.cacheDir", f"under {CACHE_PATH}"),
         (
@@ -87,7 +88,7 @@ def test_the_preparation_script_is_idempotent_shell():
                 }
             },
             "localNvme.cacheVolume.sizeGib",
-            "Fluid's SSD levels 20 GiB: 31 GiB",
+            "Fluid's SSD levels 20 GiB: 36 GiB",  # (10240 + 4096) MiB / 0.9 = 15.6 GiB, + 20
         ),
         ({"localNvme": {"cacheVolume": {"enabled": False}}}, "juicefs.cache.cacheDir", "on a data disk"),
         ({"localNvme": {"cacheVolume": {"deviceClass": "ssd"}}}, "localNvme.cacheVolume.deviceClass", "nvme"),

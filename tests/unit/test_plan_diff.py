@@ -123,9 +123,9 @@ def test_upgrade_updates_in_place_what_the_api_server_lets_change(upgrade, stack
     updated = by_action(plan_diff.diff_stack(stack, *upgrade[stack], []), "update")
     # No false replace: a StatefulSet's template and replicas, a Ceph cluster's spec, StorageClass annotations.
     assert ".spec.template.spec.containers" in " ".join(updated["StatefulSet/juicefs-meta/redis"].fields)
-    cluster = [".spec.labels", ".spec.monitoring"]
+    cluster = [".spec.cephConfig", ".spec.labels", ".spec.monitoring"]  # cephConfig: rookCeph.mclockProfile
     if stack != "dev":  # the OSDs on storage nodes of their own, which now lend their NVMe disks to checkpoints
-        cluster = [".spec.labels", ".spec.monitoring", ".spec.placement", ".spec.storage.deviceFilter"]
+        cluster += [".spec.placement", ".spec.storage.deviceFilter"]
     assert updated["CephCluster/rook-ceph/rook-ceph"].fields == cluster
     assert without_decision_records(updated["StorageClass/warm"].fields) == [
         ".metadata.annotations.ai-storage-platform/devices",

@@ -65,7 +65,7 @@ def vended(**team: object) -> dict:
 @pytest.mark.parametrize(
     ("team", "key", "expected"),
     [
-        ({"space": "3Ti"}, "space", "at most 2Ti"),  # dev's teams.quota: 2Ti cold
+        ({"space": "3Ti"}, "space", "at most 8Gi"),  # dev's teams.quota: 8Gi cold
         ({"space": "1Ti", "quota": {"tiers": {"cold": {"storage": "500Gi"}}}}, "space", "at most 500Gi"),
         ({"datasets": ["a", "b"], "quota": {"tiers": {"cold": {"claims": 1}}}}, "datasets[0]", "at most 1 claim"),
     ],
@@ -84,14 +84,15 @@ def test_a_fluid_reference_dataset_is_not_counted_as_a_cold_tier_claim():
 
 def test_the_profile_gives_the_defaults_and_each_team_overrides_them_key_by_key():
     (vision, _) = load_settings("dev", {}).teams.workspaces
-    assert vision.quota.tiers["cold"].storage == "2Ti"  # stacks/dev.yaml teams.quota
-    mine = load_settings("dev", vended(quota={"tiers": {"cold": {"storage": "3Ti"}}})).teams.workspaces[0]
-    assert mine.quota.tiers["cold"] == TierQuota(storage="3Ti", claims=8)  # claims from teams.quota
+    assert vision.quota.tiers["cold"].storage == "8Gi"  # stacks/dev.yaml teams.quota
+    mine = load_settings("dev", vended(quota={"tiers": {"cold": {"storage": "16Gi"}}})).teams.workspaces[0]
+    assert mine.quota.tiers["cold"] == TierQuota(storage="16Gi", claims=8)  # claims from teams.quota
     assert mine.quota.tiers["hot"].storage == "500Gi"
-    # Without a profile's teams.quota, the code defaults are the base: a team's override keeps the other tiers.
+    # Where a profile's teams.quota is silent, the code defaults are the base: a team's override keeps the others.
     prod = load_settings("prod", vended(quota={"tiers": {"cold": {"storage": "1Ti"}}})).teams.workspaces[0]
     assert prod.quota.tiers["cold"] == TierQuota(storage="1Ti", claims=QuotaSettings().tiers["cold"].claims)
     assert prod.quota.tiers["hot"] == QuotaSettings().tiers["hot"]
+    assert prod.quota.tiers["checkpoint"] == TierQuota(storage="2Ti", claims=QuotaSettings().tiers["checkpoint"].claims)
 
 
 @pytest.mark.parametrize(

@@ -327,10 +327,11 @@ def test_the_snapshot_controller_is_installed_unless_the_cluster_has_one(build):
 
 
 def test_platform_checkpoint_snapshots_need_a_ceph_checkpoint_tier():
+    on_juicefs = {"tiers": {"checkpoint": "juicefs"}, "objectStore": {"minio": {"storageSize": "3Ti"}}}  # holds it
     with pytest.raises(SettingsError) as caught:
-        load_settings("dev", {"tiers": {"checkpoint": "juicefs"}})
+        load_settings("dev", on_juicefs)
     assert "checkpoints.snapshots.enabled: expected the checkpoint tier on cephfs" in str(caught.value)
-    assert load_settings("dev", {"tiers": {"checkpoint": "juicefs"}, "checkpoints": {"snapshots": {"enabled": False}}})
+    assert load_settings("dev", {**on_juicefs, "checkpoints": {"snapshots": {"enabled": False}}})
 
 
 # ---------------------------------------------------------------- the checkpoint tier's own devices

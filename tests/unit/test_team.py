@@ -53,10 +53,10 @@ def test_a_shared_dataset_is_mounted_not_created_and_the_checkpoint_claim_is_rwx
 
 
 def test_an_own_dataset_is_a_cold_tier_claim(render_team):
-    result, _ = render_team(dataset={"name": "imagenet", "source": "claim", "size": "500Gi"})
+    result, _ = render_team(dataset={"name": "imagenet", "source": "claim", "size": "2Gi"})  # the 2Gi cold left
     data = by_name(result, "PersistentVolumeClaim", "imagenet")
     assert data["spec"]["storageClassName"] == "cold" and data["spec"]["accessModes"] == ["ReadWriteMany"]
-    assert data["spec"]["resources"]["requests"]["storage"] == "500Gi"
+    assert data["spec"]["resources"]["requests"]["storage"] == "2Gi"
     assert data["metadata"]["namespace"] == "vision"
 
 
@@ -132,13 +132,15 @@ def test_trainjob_patches_queue_dataset_checkpoints_and_non_root_into_the_node_p
 
 
 def test_trainjob_waits_for_both_claims(render_team):
-    result, _ = render_team(dataset={"source": "claim"})
+    result, _ = render_team(dataset={"source": "claim", "size": "1Gi"})
     deps = {r["name"]: set(r["dependsOn"]) for r in result.plan["resources"]}
     assert {"vision-dataset", "vision-checkpoints"} <= deps["vision-trainjob"]
 
 
 def test_tier_prefix_and_protect_reach_the_claims(render_team):
-    result, monitor = render_team(workspace={"tierPrefix": "ai-", "protect": True}, dataset={"source": "claim"})
+    result, monitor = render_team(
+        workspace={"tierPrefix": "ai-", "protect": True}, dataset={"source": "claim", "size": "1Gi"}
+    )
     assert by_name(result, "PersistentVolumeClaim", "imagenet-mini")["spec"]["storageClassName"] == "ai-cold"
     assert by_name(result, "PersistentVolumeClaim", "checkpoints")["spec"]["storageClassName"] == "ai-checkpoint"
     claims = [r for r in monitor.registrations if r.type == "kubernetes:core/v1:PersistentVolumeClaim"]
@@ -146,7 +148,7 @@ def test_tier_prefix_and_protect_reach_the_claims(render_team):
 
 
 def test_without_a_job_the_workspace_still_gets_its_claims(render_team):
-    result, _ = render_team(job={"enabled": False}, dataset={"source": "claim"})
+    result, _ = render_team(job={"enabled": False}, dataset={"source": "claim", "size": "1Gi"})
     assert not objects(result, "TrainJob")
     assert "trainJob" not in result.outputs or result.outputs["trainJob"] is None
     assert len(objects(result, "PersistentVolumeClaim")) == 2

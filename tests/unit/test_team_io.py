@@ -44,7 +44,7 @@ def test_each_vended_claim_caches_apart_with_its_part_of_the_share_and_the_teams
 def test_without_a_share_the_teams_claims_use_the_cold_tiers_cache(render_stack):
     teams = {
         "workspaces": [
-            {"name": "vision", "fluidDatasets": ["imagenet-mini"], "datasets": ["vision-eval"], "space": "20Gi"}
+            {"name": "vision", "fluidDatasets": ["imagenet-mini"], "datasets": ["vision-eval"], "space": "5Gi"}
         ]
     }
     result, _ = render_stack("dev", teams=teams)
