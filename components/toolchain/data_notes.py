@@ -9,7 +9,7 @@ from typing import Any
 
 from ..metadata_engine import previous_engine
 from .diff_model import Change, Render
-from .diff_rules import NEW_VOLUMES_ONLY, RELEASE, changed_leaves, field_text, value_text
+from .diff_rules import NEW_VOLUMES_ONLY, NEXT_MOUNT_ONLY, RELEASE, changed_leaves, field_text, value_text
 
 RUNBOOK_ENGINE = "docs/runbook.md#move-the-metadata-to-another-engine"
 RUNBOOK_CHART = "docs/runbook.md#upgrade-a-chart"
@@ -78,6 +78,8 @@ def data_notes(
         change.notes += _secret_notes(change, secret_consumers(new["inputs"], head))
     if kind in NEW_VOLUMES_ONLY and old is not None and new is not None:
         change.notes += _new_volumes_notes(NEW_VOLUMES_ONLY[kind], old, new)
+    if kind in NEXT_MOUNT_ONLY and old is not None and new is not None:
+        change.notes += _next_mount_notes(NEXT_MOUNT_ONLY[kind], old, new)
     if change.action == "replace" and kind == "Service":
         change.notes.append("deleted, then created under the same name: meanwhile the name resolves to nothing")
     elif change.action == "replace" and kind == "Job":
@@ -221,6 +223,22 @@ def _new_volumes_notes(fields: tuple[str, ...], old: dict[str, Any], new: dict[s
     return [
         f"{', '.join(touched)}: reaches only volumes provisioned from now on; existing volumes keep what "
         "they were created with until they are re-created (or their PV is edited and remounted)"
+    ]
+
+
+def _next_mount_notes(fields: tuple[str, ...], old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """PersistentVolume fields that changed in place but reach a node only at its next mount of the volume."""
+    touched = [
+        f"`{field_text(p)}` {value_text(a)} -> {value_text(b)}"
+        for p, a, b in changed_leaves(old["inputs"], new["inputs"])
+        if field_text(p).startswith(fields)
+    ]
+    if not touched:
+        return []
+    return [
+        f"{', '.join(touched)}: needs node action: a node takes it only when it mounts the volume again (JuiceFS: "
+        "when the volume's mount pod there restarts, after every pod on the node that uses it has gone); pods "
+        "running now keep the old options"
     ]
 
 

@@ -99,6 +99,9 @@ storage request may grow, never shrink)."""
 
 NEW_VOLUMES_ONLY = {"StorageClass": (".mountOptions", ".parameters", ".allowedTopologies")}
 """StorageClass fields copied into a volume when it is provisioned: existing volumes keep what they got."""
+NEXT_MOUNT_ONLY = {"PersistentVolume": (".spec.mountOptions",)}
+"""PersistentVolume fields the API server lets change (not part of its immutable volume source) that a node reads
+only when it mounts the volume: mounts made before keep the old ones."""
 
 FORCE_NEW_OTHER: dict[str, tuple[tuple[str, ...], str]] = {
     RELEASE: ((".name", ".namespace"), RELEASE_SOURCE),

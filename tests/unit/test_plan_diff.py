@@ -241,6 +241,23 @@ def test_storage_class_replaces_on_parameters_and_the_api_server_refuses_a_recla
     assert options.action == "update" and "reaches only volumes provisioned" in options.notes[0]
 
 
+def test_a_vended_volumes_mount_options_change_in_place_and_need_node_action():
+    """A team's cache share or bandwidth limit (``team_io``) changes its static PersistentVolume's mountOptions: the
+    API server lets them change (they are not the immutable volume source), and the diff says a node takes them
+    only when it mounts the volume again."""
+    pv = k8s("v1", "PersistentVolume", "team.speech.space", spec={
+        "csi": {"driver": "csi.juicefs.com", "volumeHandle": "team.speech.space"},
+        "mountOptions": ["cache-size=10240", "subdir=/teams/speech"]})  # fmt: skip
+    limited = changed(pv, (("spec", "mountOptions"), ["cache-size=1024", "subdir=/teams/speech"]))
+    update = one(pv, limited)
+    assert update.action == "update" and not update.blocking
+    (note,) = [n for n in update.notes if "needs node action" in n]
+    assert '`.spec.mountOptions[0]` "cache-size=10240" -> "cache-size=1024"' in note
+    assert "pods running now keep the old options" in note
+    source = one(pv, changed(pv, (("spec", "csi", "volumeHandle"), "other")))
+    assert not any("needs node action" in n for n in source.notes)  # not a mount option
+
+
 def test_a_claim_replaced_is_blocking_until_acknowledged():
     new = changed(CLAIM, (("spec", "storageClassName"), "cold"))
     blocked = one(CLAIM, new)
