@@ -17,6 +17,7 @@ from pydantic import Field
 
 from .common import kube
 from .sections import DnsLabel, PinnedImage, Problem, Quantity, Section
+from .storage_tiers import Tier
 
 SCRATCH_LABEL = "scratch"
 """The component label of scratch claims (``kube.labels``)."""
@@ -129,7 +130,7 @@ def _overlap(a: str, b: str) -> bool:
     return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
 
 
-def pod_requests(volumes: Sequence[JobVolume], pods: int) -> list[tuple[str, str, list[str]]]:
+def pod_requests(volumes: Sequence[JobVolume], pods: int) -> list[tuple[str, Tier, list[str]]]:
     """What the job's scratch volumes claim: (settings key, tier, one size per pod)."""
     return [
         (f"job.volumes[{i}].scratch", v.scratch.tier, [v.scratch.size] * pods)

@@ -253,9 +253,9 @@ def team_pod(job: JobSettings, group: TaskSettings, where: PodContext, container
         data = next(m for m in mounts if m["name"] == training.DATA_VOLUME)
         data["subPathExpr"] = f"slice-$({SLICE_VARIABLE})"
     for volume in job.volumes:
-        mount, spec = volume.spec(where.tier_prefix)
+        mount, source = volume.spec(where.tier_prefix)
         mounts.append(mount)
-        volumes.append(spec)
+        volumes.append(source)
     for extra in (training.metrics_dir(), where.landing):
         if extra.get("volumes"):
             env, mounts, volumes = env + extra["env"], mounts + extra["volumeMounts"], volumes + extra["volumes"]

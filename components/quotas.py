@@ -141,7 +141,7 @@ def quota_left(quota: QuotaSettings, claims: dict[Tier, list[tuple[str, str]]]) 
     ``workspace.storageQuota``; the platform's stack output ``teamQuotaLeft``)."""
     left: dict[str, dict[str, Any]] = {}
     for tier, q in quota.tiers.items():
-        taken, entry = claims.get(tier, []), {}
+        taken, entry = claims.get(tier, []), dict[str, Any]()
         if q.storage is not None:
             rest = max(0, int(quantity(q.storage) - sum(quantity(size) for _, size in taken)))
             entry["storage"] = f"{rest // 2**30}Gi" if rest % 2**30 == 0 else f"{rest // 2**20}Mi"

@@ -175,7 +175,7 @@ class TeamSettings(Section):
             return []
         d, c, st, pods = self.dataset, self.checkpoint, self.staging, self.job.pods()
         claims: dict[Tier, list[tuple[str, str]]] = {}
-        own = [("checkpoint.size", "checkpoint", [c.size])]
+        own: list[tuple[str, Tier, list[str]]] = [("checkpoint.size", "checkpoint", [c.size])]
         own += [("dataset.size", d.tier, [d.size])] if d.source == "claim" else []
         own += [("checkpoint.landing.size", "hot", [c.landing.size] * pods)] if c.landing.enabled else []
         if st.enabled:
