@@ -118,18 +118,11 @@ def landing(s: LandingSettings, storage_class: pulumi.Input[str], durable_dir: s
     (empty lists when it is off). The volume lives as long as the pod, on the node the pod runs on."""
     if not s.enabled:
         return {"volumeMounts": [], "env": [], "volumes": []}
-    claim = {
-        "metadata": {"labels": kube.labels("training", LANDING_VOLUME)},
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": storage_class,
-            "resources": {"requests": {"storage": s.size}},
-        },
-    }
+    volume = kube.ephemeral_volume(LANDING_VOLUME, storage_class, s.size, kube.labels("training", LANDING_VOLUME))
     return {
         "volumeMounts": [{"name": LANDING_VOLUME, "mountPath": LANDING_PATH}],
         "env": [{"name": DIR_VARIABLE, "value": durable_dir}, {"name": LOCAL_DIR_VARIABLE, "value": LANDING_PATH}],
-        "volumes": [{"name": LANDING_VOLUME, "ephemeral": {"volumeClaimTemplate": claim}}],
+        "volumes": [volume],
     }
 
 

@@ -81,13 +81,8 @@ class JobVolume(Section):
             claim_ref = {"claimName": self.claim, "readOnly": self.read_only}
             return mount, {"name": self.name, "persistentVolumeClaim": claim_ref}
         assert self.scratch is not None  # problems()
-        claim: dict[str, Any] = {
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": f"{tier_prefix}{self.scratch.tier}",
-            "resources": {"requests": {"storage": self.scratch.size}},
-        }
-        template = {"metadata": {"labels": kube.labels("training", SCRATCH_LABEL)}, "spec": claim}
-        return mount, {"name": self.name, "ephemeral": {"volumeClaimTemplate": template}}
+        cls, labels = f"{tier_prefix}{self.scratch.tier}", kube.labels("training", SCRATCH_LABEL)
+        return mount, kube.ephemeral_volume(self.name, cls, self.scratch.size, labels)
 
 
 def volume_problems(

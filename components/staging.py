@@ -93,15 +93,8 @@ def staged_volume(s: StagingSettings, tier_prefix: str) -> dict[str, Any]:
     """The hot volume: the named claim, or a generic ephemeral volume of the hot class."""
     if s.claim:
         return {"name": STAGED_VOLUME, "persistentVolumeClaim": {"claimName": s.claim}}
-    claim = {
-        "metadata": {"labels": kube.labels("dataset-staging", "hot-volume")},
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": f"{tier_prefix}hot",
-            "resources": {"requests": {"storage": s.size}},
-        },
-    }
-    return {"name": STAGED_VOLUME, "ephemeral": {"volumeClaimTemplate": claim}}
+    labels = kube.labels("dataset-staging", "hot-volume")
+    return kube.ephemeral_volume(STAGED_VOLUME, f"{tier_prefix}hot", s.size, labels)
 
 
 def init_container(s: StagingSettings, image: str, uid: int) -> dict[str, Any]:

@@ -214,6 +214,20 @@ def data_claim_template(size: str, storage_class: str | None) -> dict[str, Any]:
     }
 
 
+def ephemeral_volume(name: str, storage_class: Any, size: str, labels: dict[str, str]) -> dict[str, Any]:
+    """A pod's generic ephemeral volume ``name``: an RWO claim of ``storage_class``, made with the pod and deleted
+    with it (counted against the namespace's quota of that class)."""
+    claim = {
+        "metadata": {"labels": labels},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": storage_class,
+            "resources": {"requests": {"storage": size}},
+        },
+    }
+    return {"name": name, "ephemeral": {"volumeClaimTemplate": claim}}
+
+
 BUDGET_LABEL = "ai-storage-platform/disruption-budget"
 """Pod label a chart's controller pods get from the platform, for its PodDisruptionBudget."""
 

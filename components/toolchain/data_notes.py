@@ -77,9 +77,9 @@ def data_notes(
     if kind == "Secret" and change.action in ("replace", "update") and new is not None:
         change.notes += _secret_notes(change, secret_consumers(new["inputs"], head))
     if kind in NEW_VOLUMES_ONLY and old is not None and new is not None:
-        change.notes += _new_volumes_notes(NEW_VOLUMES_ONLY[kind], old, new)
+        change.notes += _field_notes(NEW_VOLUMES_ONLY[kind], old, new, NEW_VOLUMES_MEANING)
     if kind in NEXT_MOUNT_ONLY and old is not None and new is not None:
-        change.notes += _next_mount_notes(NEXT_MOUNT_ONLY[kind], old, new)
+        change.notes += _field_notes(NEXT_MOUNT_ONLY[kind], old, new, NEXT_MOUNT_MEANING)
     if change.action == "replace" and kind == "Service":
         change.notes.append("deleted, then created under the same name: meanwhile the name resolves to nothing")
     elif change.action == "replace" and kind == "Job":
@@ -211,35 +211,24 @@ def _secret_notes(change: Change, users: list[str]) -> list[str]:
     return []
 
 
-def _new_volumes_notes(fields: tuple[str, ...], old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """StorageClass fields that changed but reach only volumes provisioned from now on."""
+NEW_VOLUMES_MEANING = (
+    "reaches only volumes provisioned from now on; existing volumes keep what they were created with until they are "
+    "re-created (or their PV is edited and remounted)"
+)
+NEXT_MOUNT_MEANING = (
+    "needs node action: a node takes it only when it mounts the volume again (JuiceFS: when the volume's mount pod "
+    "there restarts, after every pod on the node that uses it has gone); pods running now keep the old options"
+)
+
+
+def _field_notes(fields: tuple[str, ...], old: dict[str, Any], new: dict[str, Any], meaning: str) -> list[str]:
+    """The changed values of ``fields`` (old -> new), with what the change means for the volumes."""
     touched = [
         f"`{field_text(p)}` {value_text(a)} -> {value_text(b)}"
         for p, a, b in changed_leaves(old["inputs"], new["inputs"])
         if field_text(p).startswith(fields)
     ]
-    if not touched:
-        return []
-    return [
-        f"{', '.join(touched)}: reaches only volumes provisioned from now on; existing volumes keep what "
-        "they were created with until they are re-created (or their PV is edited and remounted)"
-    ]
-
-
-def _next_mount_notes(fields: tuple[str, ...], old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """PersistentVolume fields that changed in place but reach a node only at its next mount of the volume."""
-    touched = [
-        f"`{field_text(p)}` {value_text(a)} -> {value_text(b)}"
-        for p, a, b in changed_leaves(old["inputs"], new["inputs"])
-        if field_text(p).startswith(fields)
-    ]
-    if not touched:
-        return []
-    return [
-        f"{', '.join(touched)}: needs node action: a node takes it only when it mounts the volume again (JuiceFS: "
-        "when the volume's mount pod there restarts, after every pod on the node that uses it has gone); pods "
-        "running now keep the old options"
-    ]
+    return [f"{', '.join(touched)}: {meaning}"] if touched else []
 
 
 def chart_notes(base: Render, head: Render) -> list[str]:
