@@ -134,7 +134,7 @@ class JobSettings(Section):
         left = self.min_available or sum(group.replicas for group in self.groups())
         for group in self.groups():
             pods, left = min(group.replicas, left), left - min(group.replicas, left)
-            resources = group.resources or self.resources_per_node
+            resources = self.group_resources(group)
             for name, amount in (resources.amounts() if resources else {}).items():
                 total[name] = total.get(name, 0.0) + pods * amount
         return total
@@ -153,17 +153,19 @@ class JobSettings(Section):
             hint = "the svc plugin names each pod (<job>-<task>-<index>.<job>): the rendezvous address is pod 0's name"
             expected = "expected svc among the plugins of a job of several pods"
             found.append(Problem("plugins", expected, self.plugins, hint))
-        if self.cpu_burst > 1 and not all(
-            (g.resources or self.resources_per_node or NO_CPU).cpu for g in self.groups()
-        ):
+        if self.cpu_burst > 1 and not all((r := self.group_resources(g)) and r.cpu for g in self.groups()):
             hint = "the limit is the request times cpuBurst: set cpu in resourcesPerNode (or each task's resources)"
             found.append(Problem("cpuBurst", "expected a CPU request in every pod's resources", self.cpu_burst, hint))
         return found + self._slice_problems()
 
+    def group_resources(self, group: TaskSettings) -> volcano.QueueResources | None:
+        """What each pod of ``group`` requests: its own resources, or the job's."""
+        return group.resources or self.resources_per_node
+
     def resources(self, group: TaskSettings) -> dict[str, Any] | None:
         """A container's requests and limits: ``group``'s resources (or the job's), the CPU limit ``cpuBurst``
         times the request."""
-        given = group.resources or self.resources_per_node
+        given = self.group_resources(group)
         if given is None:
             return None
         limits = given.spec()
@@ -220,18 +222,15 @@ class PodContext:
     """The pool the job asked for (``job.nodePool``)."""
 
 
-NO_CPU = volcano.QueueResources()
-
-
 def pod_paths(landing: bool, staged: bool) -> dict[str, str]:
     """The volumes every training pod has of its own (name to mount path): the job's volumes keep apart."""
-    own = {
+    return {
         training.DATA_VOLUME: training.DATA_PATH,
         training.CHECKPOINT_VOLUME: training.CHECKPOINT_PATH,
         training.METRICS_DIR_VOLUME: training.METRICS_DIR,
+        **({LANDING_VOLUME: LANDING_PATH} if landing else {}),
+        **({STAGED_VOLUME: STAGED_PATH} if staged else {}),
     }
-    own.update({LANDING_VOLUME: LANDING_PATH} if landing else {})
-    return own | ({STAGED_VOLUME: STAGED_PATH} if staged else {})
 
 
 def requests_gpus(resources: volcano.QueueResources | None) -> bool:
@@ -268,7 +267,7 @@ def team_pod(job: JobSettings, group: TaskSettings, where: PodContext, container
         "containers": [container],
         "volumes": volumes,
     }
-    gpus = requests_gpus(group.resources or job.resources_per_node)
+    gpus = requests_gpus(job.group_resources(group))
     tolerations = [t.spec() for t in (job.gpu_tolerations if gpus else [])]
     if where.node_pool:
         spec["nodeSelector"] = dict(where.node_pool.labels)
