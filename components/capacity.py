@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import Field
 
 from .ceph import filesystem_class
-from .common.kube import quantity_bytes
+from .common.kube import gib_text, quantity_bytes
 from .sections import DnsLabel, Problem, Quantity, Section
 from .storage_tiers import TIERS
 
@@ -86,7 +86,7 @@ def _store(s: Any, tier: str, backend: str) -> Group:
         raw = sum(sizes) if sizes else None
         where = f"Ceph OSDs of class {cls}" if cls else "every Ceph OSD"
         usable = raw / ceph.replica_size * NEARFULL_RATIO if raw else None
-        held = f"{_gib(raw)} raw / {ceph.replica_size} copies x {NEARFULL_RATIO}" if raw else "not stated"
+        held = f"{gib_text(raw)} raw / {ceph.replica_size} copies x {NEARFULL_RATIO}" if raw else "not stated"
         return Group(where, usable, held, f"capacity.cephRaw.{cls}" if cls else "capacity.cephRaw")
     if backend == "topolvm":
         cache = s.local_nvme.cache_volume.size_gib if s.local_nvme.cache_volume.enabled else 0
@@ -109,10 +109,11 @@ def capacity_problems(s: Any) -> list[Problem]:
         total = sum(size for _, size in group.promised)
         if group.capacity is None or total <= group.capacity:
             continue
-        parts = " + ".join(f"{_gib(size)} ({what})" for what, size in group.promised)
-        expected = f"expected {group.name} to hold {parts} = {_gib(total)}: {group.held} = {_gib(group.capacity)}"
+        held = gib_text(group.capacity)
+        parts = " + ".join(f"{gib_text(size)} ({what})" for what, size in group.promised)
+        expected = f"expected {group.name} to hold {parts} = {gib_text(total)}: {group.held} = {held}"
         hint = "add disks (and say so here), lower the teams' quotas (teams.quota) or the claims, or move a tier"
-        found.append(Problem(group.key, expected, _gib(group.capacity), hint))
+        found.append(Problem(group.key, expected, held, hint))
     nvme, group_gib = s.local_nvme, s.capacity.volume_group_gib
     home = nvme.cache_volume if nvme.enabled and nvme.cache_volume.enabled else None
     if home is not None and group_gib is not None and home.size_gib >= group_gib:
@@ -127,12 +128,8 @@ def capacity_rows(s: Any) -> list[str]:
     rows = []
     for group in groups(s).values():
         total = sum(size for _, size in group.promised)
-        parts = "; ".join(f"{what} {_gib(size)}" for what, size in group.promised) or "nothing"
-        held = f"{group.held} = {_gib(group.capacity)}" if group.capacity is not None else group.held
-        left = _gib(group.capacity - total) if group.capacity is not None else "not checked"
-        rows.append(f"| {group.name} | {parts} (total {_gib(total)}) | {held} | {left} |")
+        parts = "; ".join(f"{what} {gib_text(size)}" for what, size in group.promised) or "nothing"
+        held = f"{group.held} = {gib_text(group.capacity)}" if group.capacity is not None else group.held
+        left = gib_text(group.capacity - total) if group.capacity is not None else "not checked"
+        rows.append(f"| {group.name} | {parts} (total {gib_text(total)}) | {held} | {left} |")
     return rows
-
-
-def _gib(size: float) -> str:
-    return f"{size / 2**30:,.0f}Gi"

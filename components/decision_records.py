@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from .ceph import filesystem_class
-from .common.kube import quantity_bytes
+from .common.kube import gib_text, quantity_bytes
 from .sections import DnsLabel, Problem, Quantity, Section
 
 DURATION = r"^[0-9]*[1-9][0-9]*(s|m|h|d)$"
@@ -234,8 +234,8 @@ def checkpoint_sizing_problems(s: Any) -> list[Problem]:
         copies = f" x {ceph.replica_size} copies" if what == "saveObjective" else ""
         arithmetic = (
             f"{record.ranks} ranks x {record.checkpoint_size_per_rank}{copies} over {record.devices} "
-            f"{record.device_class or ''} devices at {rate} MB/s takes {seconds:,.0f} s"
-        ).replace("  ", " ")
+            f"{record.device_class + ' ' if record.device_class else ''}devices at {rate} MB/s takes {seconds:,.0f} s"
+        )
         found.append(
             Problem(
                 f"tiers.decisions.checkpoint.{what}",
@@ -268,7 +268,7 @@ def mds_sizing_problems(s: Any) -> list[Problem]:
         if getattr(s.tiers, tier) != "cephfs" or mds.active_count >= needed:
             continue
         arithmetic = (
-            f"{files:,} files (tiers.decisions.{tier}.fileCount) x 2 KiB over {_gib(cache, 1)} of cache per server "
+            f"{files:,} files (tiers.decisions.{tier}.fileCount) x 2 KiB over {gib_text(cache, 1)} of cache per server "
             f"(half of rookCeph.resources.mds.memoryLimit {ceph.resources.mds.memory_limit}): {needed}"
         )
         hint = (
@@ -310,14 +310,10 @@ def _claim_problems(record: DecisionRecord, training: Any) -> list[Problem]:
         return []
     arithmetic = (
         f"{record.ranks} ranks x {record.checkpoint_size_per_rank} x {saves} saves (keptCheckpoints "
-        f"{record.kept_checkpoints} + the one landing) = {_gib(need)}"
+        f"{record.kept_checkpoints} + the one landing) = {gib_text(need)}"
     )
     hint = (
         "the first saves fill the claim and the next one fails: raise training.checkpointSize, or lower the "
         "record's ranks, checkpointSizePerRank or keptCheckpoints (tiers.decisions.checkpoint) to the jobs' own"
     )
     return [Problem("training.checkpointSize", f"expected at least {arithmetic}", training.checkpoint_size, hint)]
-
-
-def _gib(size: float, digits: int = 0) -> str:
-    return f"{size / 2**30:,.{digits}f}Gi"

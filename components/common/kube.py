@@ -44,6 +44,11 @@ def quantity_bytes(quantity: str) -> int:
     return int(float(number) * (_BINARY.get(unit) or _DECIMAL[unit]))
 
 
+def gib_text(size: float, digits: int = 0) -> str:
+    """Bytes as GiB a person reads in an arithmetic (``12,159Gi``)."""
+    return f"{size / 2**30:,.{digits}f}Gi"
+
+
 def labels(app: str, component: str) -> dict[str, str]:
     """The recommended app.kubernetes.io labels for an object the platform owns."""
     return {
