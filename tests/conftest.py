@@ -54,8 +54,7 @@ def render_stack(tmp_path: Path) -> Render:
     """``render_stack("dev", objectStore={"backend": "s3"})`` -> (Rendering, RecordingMonitor)."""
 
     def run(stack: str = "dev", **overrides: Any) -> tuple[render.Rendering, render.RecordingMonitor]:
-        monitor = render.run(stack, stack_file(tmp_path, stack, overrides))
-        return render.rendering(stack, monitor), monitor
+        return render.rendered(stack, stack_file(tmp_path, stack, overrides))
 
     return run
 

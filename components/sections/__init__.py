@@ -6,7 +6,7 @@ from .base import ControllerSettings, Resources, Section
 from .fields import Cron, DnsLabel, PinnedImage, Quantity, Regex, ResourceRef, Window
 from .layers import merge
 from .problems import Problem, SettingsError
-from .reference import leaf_keys, reference
+from .reference import every_key, leaf_keys, reference
 from .validation import CONFIG_DOCS, rule_problems, validate
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "Section",
     "SettingsError",
     "Window",
+    "every_key",
     "leaf_keys",
     "merge",
     "reference",

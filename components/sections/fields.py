@@ -88,7 +88,8 @@ Cron = Annotated[str, AfterValidator(_cron)]
 
 _REF = re.compile(
     r"^([A-Z][A-Za-z0-9]*/([a-z0-9]([-a-z0-9]*[a-z0-9])?/)?[a-z0-9]([-.a-z0-9]*[a-z0-9])?"
-    r"|[a-z0-9-]+:[A-Za-z0-9/._-]*:[A-Za-z0-9]+/[A-Za-z0-9._-]+)$"
+    r"|[a-z0-9-]+:[A-Za-z0-9/._-]*:[A-Za-z0-9]+/[A-Za-z0-9._-]+"
+    r"|Setting/[a-z][A-Za-z0-9]*(\.[a-z][A-Za-z0-9]*|\[[A-Za-z0-9._-]+\])*)$"
 )
 
 
@@ -97,7 +98,8 @@ def _resource_ref(value: str) -> str:
         raise PydanticCustomError(
             "resource_ref",
             "expected a resource as the diff names it: <Kind>/<namespace>/<name>, <Kind>/<name> for a "
-            "cluster-scoped object, or <type token>/<resource name> (e.g. StatefulSet/juicefs-meta/redis)",
+            "cluster-scoped object, <type token>/<resource name>, or Setting/<key> for a setting's change (e.g. "
+            "StatefulSet/juicefs-meta/redis, Setting/rookCeph.replicaSize)",
         )
     return value
 

@@ -5,10 +5,22 @@ from __future__ import annotations
 
 import json
 import types
+from collections.abc import Callable
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
+
+Describe = Callable[[str], "str | None"]
+"""What changing the setting at a key path does to data (None: nothing said for that path)."""
+
+
+_EFFECT_INTRO = [
+    "",
+    "The last column is what changing a key does to data, decided once in `components/setting_effects.py`:",
+    "`python -m components diff` notes each changed key with it and blocks a change that moves data, stops I/O or",
+    "can lose acknowledged writes until `Setting/<key>` is in `cluster.acknowledgeReplacements` (docs/review.md).",
+]
 
 
 def leaf_keys(model: type[BaseModel], prefix: str = "", defaults: Any = None) -> list[tuple[str, Any, Any]]:
@@ -23,6 +35,14 @@ def leaf_keys(model: type[BaseModel], prefix: str = "", defaults: Any = None) ->
         else:
             found.append((key, info, default))
     return found
+
+
+def every_key(model: type[BaseModel]) -> list[str]:
+    """Every key path of the settings tree, entries of lists and mappings as ``key[].sub``, in reference order."""
+    keys = [key for key, _, _ in leaf_keys(model)]
+    for item, where in _item_models([model]).items():
+        keys += [f"{key}[].{sub}" for key in where for sub, _, _ in leaf_keys(item)]
+    return keys
 
 
 def _type_text(annotation: Any) -> str:
@@ -42,9 +62,11 @@ def _type_text(annotation: Any) -> str:
     return getattr(annotation, "__name__", str(annotation))
 
 
-def reference(model: type[BaseModel], *sections: tuple[str, str, type[BaseModel]]) -> str:
+def reference(
+    model: type[BaseModel], *sections: tuple[str, str, type[BaseModel]], effect: Describe | None = None
+) -> str:
     """The config reference (Markdown tables) of every key the model accepts, then of each further
-    (title, introduction, model) section."""
+    (title, introduction, model) section; with ``effect``, a column of what changing each key does to data."""
     lines = [
         "# Configuration reference",
         "",
@@ -55,8 +77,9 @@ def reference(model: type[BaseModel], *sections: tuple[str, str, type[BaseModel]
         "mapping; a list is replaced whole: a stack that sets `volcano.queues` or `fluid.datasets` gives the whole",
         "list (copy the profile's entries it keeps); `pulumi config set --path '...volcano.queues[0].weight' 3`",
         "writes a list of the stack's own, which then replaces the profile's.",
+        *(_EFFECT_INTRO if effect is not None else []),
         "",
-        *_key_table(model),
+        *_key_table(model, effect),
     ]
     for title, intro, extra in sections:
         lines += ["", f"## {title}", "", intro, "", *_key_table(extra)]
@@ -68,7 +91,8 @@ def reference(model: type[BaseModel], *sections: tuple[str, str, type[BaseModel]
     ]
     for item, where in _item_models([model, *(extra for _, _, extra in sections)]).items():
         used = ", ".join(f"`{key}`" for key in where)
-        lines += ["", f"### {item.__name__}", "", f"An entry of {used}. {_doc(item)}", "", *_key_table(item)]
+        lines += ["", f"### {item.__name__}", "", f"An entry of {used}. {_doc(item)}", ""]
+        lines += _key_table(item, effect, [f"{key}[]." for key in where])
     return "\n".join(lines) + "\n"
 
 
@@ -101,8 +125,19 @@ def _item_models(models: list[type[BaseModel]]) -> dict[type[BaseModel], list[st
     return found
 
 
-def _key_table(model: type[BaseModel]) -> list[str]:
-    lines = ["| key | type | default | what it does |", "|---|---|---|---|"]
+def _effect_cell(effect: Describe, paths: list[str]) -> str:
+    """What changing the key does, the same wherever it is used, or per use where it differs."""
+    said = {path: text for path in paths if (text := effect(path))}
+    if len(set(said.values())) <= 1:
+        return next(iter(said.values()), "")
+    return "; ".join(f"`{path}`: {text}" for path, text in said.items())
+
+
+def _key_table(model: type[BaseModel], effect: Describe | None = None, where: list[str] | None = None) -> list[str]:
+    """A model's keys; ``where`` are the prefixes its keys have in the tree (the effect column reads them)."""
+    column = effect is not None
+    lines = ["| key | type | default | what it does |" + (" effect of a change |" if column else "")]
+    lines.append("|---|---|---|---|" + ("---|" if column else ""))
     for key, info, default in leaf_keys(model):
         if isinstance(default, BaseModel):
             default = default.model_dump(by_alias=True)
@@ -113,5 +148,8 @@ def _key_table(model: type[BaseModel]) -> list[str]:
         # required on its class but set by the enclosing section's default (an alert's levels): that value
         text = "required" if default is PydanticUndefined else json.dumps(default, default=str).replace("|", "\\|")
         about = " ".join((info.description or "").split())
-        lines.append(f"| `{key}` | {_type_text(info.annotation)} | `{text}` | {about} |")
+        row = f"| `{key}` | {_type_text(info.annotation)} | `{text}` | {about} |"
+        if effect is not None:
+            row += f" {_effect_cell(effect, [f'{prefix}{key}' for prefix in where or ['']])} |"
+        lines.append(row)
     return lines

@@ -25,7 +25,8 @@ from .arguments import (
 
 def config_reference() -> str:
     """docs/config.md: the platform's keys, then a team workspace's."""
-    from ..sections import reference
+    from ..sections import every_key, reference
+    from ..setting_effects import entry_of
     from ..settings import PlatformSettings
     from ..team import TeamSettings
 
@@ -36,7 +37,13 @@ def config_reference() -> str:
         "`team-training:workspace`) and read by `load_team_settings(stack_config())`. None is a secret.",
         TeamSettings,
     )
-    return reference(PlatformSettings, team)
+    platform_keys = set(every_key(PlatformSettings))
+
+    def effect(path: str) -> str | None:
+        entry = entry_of(path) if path in platform_keys else None
+        return f"{entry.effect.value}: {entry.why}" if entry else None
+
+    return reference(PlatformSettings, team, effect=effect)
 
 
 def parser() -> tuple[Parser, dict[str, Parser]]:
@@ -106,7 +113,7 @@ def render_stack(args: argparse.Namespace, parser: Parser) -> int:
         where = f"a Pulumi.<stack>.yaml in {root}"
         fail(parser, "--stack", f"expected one of {', '.join(stacks) or 'none'} ({where}); got '{args.stack}'")
     try:
-        result = render.rendering(args.stack, render.run(args.stack, args.config_file, root, args.stack_outputs))
+        result, _ = render.rendered(args.stack, args.config_file, root, args.stack_outputs)
     except pulumi.RunError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

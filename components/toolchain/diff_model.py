@@ -33,11 +33,15 @@ class Change:
     rule, a JuiceFS volume renamed, writeback turned on): it blocks until acknowledged, like a replace."""
 
     @property
-    def blocking(self) -> bool:
-        """A replace or delete of a protected or data-holding resource, or an update that moves data, nobody
-        acknowledged."""
+    def needs_acknowledgement(self) -> bool:
+        """A replace or delete of a protected or data-holding resource, or an update that moves data."""
         gone = self.action in ("replace", "delete") and (self.protected or self.holds_data)
-        return (gone or self.moves_data) and not self.acknowledged
+        return gone or self.moves_data
+
+    @property
+    def blocking(self) -> bool:
+        """One that needs an acknowledgement nobody gave."""
+        return self.needs_acknowledgement and not self.acknowledged
 
 
 @dataclass
@@ -47,7 +51,10 @@ class StackDiff:
     stack: str
     changes: list[Change] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    """Stack-wide findings: chart bumps, the metadata engine, stale acknowledgements."""
+    """Stack-wide findings: chart bumps, the metadata engine, each changed setting with its effect."""
+    stale: list[str] = field(default_factory=list)
+    """Acknowledgements of nothing this diff would block: refused (one left in place would pass a later
+    replace of the same resource unseen)."""
 
     @property
     def blocking(self) -> list[Change]:
@@ -61,6 +68,8 @@ class Render:
     plan: dict[str, Any]
     outputs: dict[str, Any] | None
     """None for a render written before outputs.json existed (0.1.0)."""
+    settings: dict[str, Any] | None = None
+    """The stack's resolved settings (settings.json); None for a render written before it existed."""
 
     @property
     def resources(self) -> list[dict[str, Any]]:
@@ -68,11 +77,12 @@ class Render:
 
 
 def load_render(folder: Path) -> Render:
-    """A stack's render folder (plan.json, and outputs.json when the renderer wrote one)."""
-    outputs = folder / "outputs.json"
+    """A stack's render folder (plan.json, and outputs.json and settings.json when the renderer wrote them)."""
+    outputs, settings = folder / "outputs.json", folder / "settings.json"
     return Render(
         json.loads((folder / "plan.json").read_text()),
         json.loads(outputs.read_text()) if outputs.is_file() else None,
+        json.loads(settings.read_text()) if settings.is_file() else None,
     )
 
 

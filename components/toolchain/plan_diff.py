@@ -22,7 +22,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ..settings import PROJECT, decode, load_settings
 from .data_notes import chart_notes, data_notes, engine_notes, namespace_deletion_notes, volume_changes
 from .diff_model import Change, Render, StackDiff, load_render, resource_id
 from .diff_rules import (
@@ -37,7 +36,8 @@ from .diff_rules import (
     value_text,
 )
 from .diff_sources import RenderError, folders
-from .render import stack_file_config
+from .render import stack_settings
+from .setting_changes import setting_blocks, setting_changes
 
 __all__ = ["Change", "Render", "RenderError", "StackDiff", "as_json", "compare", "diff_stack", "exit_code", "markdown"]
 
@@ -96,19 +96,14 @@ def diff_stack(stack: str, base: Render, head: Render, acknowledged: list[str]) 
         change.acknowledged = change.id in acknowledged
         data_notes(change, old, new, base, head)
         out.changes.append(change)
-    for change in volume_changes(base, head):
+    settings = setting_changes(base.settings, head.settings) if base.settings and head.settings else []
+    for change in [*volume_changes(base, head), *setting_blocks(settings, out.changes)]:
         change.acknowledged = change.id in acknowledged
         out.changes.append(change)
     namespace_deletion_notes(out.changes)
-    out.notes += chart_notes(base, head) + engine_notes(base, head)
-    needed = {
-        c.id
-        for c in out.changes
-        if (c.action in ("replace", "delete") and (c.protected or c.holds_data)) or c.moves_data
-    }
-    out.notes += [
-        f"`{a}` is acknowledged but not replaced or deleted here: remove it" for a in acknowledged if a not in needed
-    ]
+    out.notes += chart_notes(base, head) + engine_notes(base, head) + [s.note for s in settings]
+    needed = {c.id for c in out.changes if c.needs_acknowledgement}
+    out.stale = [a for a in acknowledged if a not in needed]
     return out
 
 
@@ -129,9 +124,7 @@ def acknowledgements(project: Path, stack: str) -> list[str]:
     path = project / f"Pulumi.{stack}.yaml"
     if not path.is_file():
         return []
-    config, _ = stack_file_config(path)
-    ours = {k.removeprefix(f"{PROJECT}:"): decode(v) for k, v in config.items() if k.startswith(f"{PROJECT}:")}
-    return list(load_settings(stack, ours).cluster.acknowledge_replacements)
+    return list(stack_settings(path, stack).cluster.acknowledge_replacements)
 
 
 _ORDER = {"replace": 0, "delete": 1, "rejected": 2, "update": 3, "create": 4}
@@ -145,12 +138,18 @@ def markdown(diffs: list[StackDiff], base: str, head: str) -> str:
         lines += [f"## {d.stack}", "", ", ".join(f"{n} {a}" for a, n in counts.items() if n) or "no change", ""]
         if d.blocking:
             lines.append(
-                f"**Blocking** (exit 1): replaced or deleted while protected or holding data, or moving a pool's "
-                "data; acknowledge each in "
+                "**Blocking** (exit 1): replaced or deleted while protected or holding data, or a change that moves "
+                "data, stops its I/O or can lose acknowledged writes; acknowledge each in "
                 f"`cluster.acknowledgeReplacements` of Pulumi.{d.stack}.yaml once the data is safe:"
             )
             lines += [f"- `{c.id}`" for c in d.blocking]
             lines.append("")
+        if d.stale:
+            lines.append(
+                f"**Refused** (exit 1): acknowledged in Pulumi.{d.stack}.yaml, but nothing here needs it (left in "
+                "place it would pass a later change of the same thing unseen); remove each:"
+            )
+            lines += [f"- `{a}`" for a in d.stale] + [""]
         lines += [f"- {n}" for n in d.notes]
         if d.notes:
             lines.append("")
@@ -177,6 +176,7 @@ def as_json(diffs: list[StackDiff]) -> str:
         {
             "stack": d.stack,
             "blocking": [c.id for c in d.blocking],
+            "staleAcknowledgements": d.stale,
             "notes": d.notes,
             "changes": [{**asdict(c), "blocking": c.blocking} for c in d.changes],
         }
@@ -186,9 +186,8 @@ def as_json(diffs: list[StackDiff]) -> str:
 
 
 def exit_code(diffs: list[StackDiff]) -> int:
-    """1 when any stack replaces or deletes a protected or data-holding resource, or moves a pool's data, and
-    nobody acknowledged it; else 0."""
-    return 1 if any(d.blocking for d in diffs) else 0
+    """1 when any stack has a blocking change nobody acknowledged, or an acknowledgement nothing needs; else 0."""
+    return 1 if any(d.blocking or d.stale for d in diffs) else 0
 
 
 def compare(base: str, head: str, project: Path, stacks: list[str] | None = None) -> list[StackDiff]:

@@ -2,8 +2,9 @@
 
 Output (default ``build/<stack>``): ``plan.json`` (every registered resource in registration order, with its
 ``protect`` and ``retainOnDelete`` options, secrets as ``"[secret]"``), ``manifests/<component>.yaml`` (every
-Kubernetes object created directly) and ``charts.yaml`` (every Helm release) and ``outputs.json`` (the stack
-outputs, secret ones as ``"[secret]"``). No cloud or cluster is contacted.
+Kubernetes object created directly), ``charts.yaml`` (every Helm release), ``outputs.json`` (the stack
+outputs, secret ones as ``"[secret]"``) and, for the platform's own stacks, ``settings.json`` (the settings the
+stack resolves to, which the diff classifies). No cloud or cluster is contacted.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from typing import Any
 
 import yaml
 
+from ..backends.object_stores.s3 import with_provider_region
 from ..sections import Problem, SettingsError
-from ..settings import PROJECT
+from ..settings import PROJECT, PlatformSettings, decode, load_settings
 from .mock_engine import SECRET, RecordingMonitor, Registration, run_program
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,6 +61,13 @@ def stack_file_config(path: Path, project: str = PROJECT) -> tuple[dict[str, str
     return config, secret_keys
 
 
+def stack_settings(path: Path, stack: str) -> PlatformSettings:
+    """The settings a stack file resolves to (its profile and the code defaults included), as the program reads them."""
+    config, _ = stack_file_config(path)
+    ours = {k.removeprefix(f"{PROJECT}:"): decode(v) for k, v in config.items() if k.startswith(f"{PROJECT}:")}
+    return load_settings(stack, with_provider_region(ours, config.get("aws:region")))
+
+
 def _has_secure(value: Any) -> bool:
     if isinstance(value, dict):
         return set(value) == {"secure"} or any(_has_secure(v) for v in value.values())
@@ -90,6 +99,16 @@ def run(
     return run_program(program, stack, project, config, secret_keys, stack_outputs)
 
 
+def rendered(
+    stack: str, config_file: Path | None = None, root: Path = ROOT, stack_outputs: Mapping[str, Any] | None = None
+) -> tuple[Rendering, RecordingMonitor]:
+    """Run the program (``run``) and turn it into what a render writes, the platform's settings included."""
+    monitor = run(stack, config_file, root, stack_outputs)
+    platform = project_name(root) == PROJECT
+    settings = stack_settings(config_file or root / f"Pulumi.{stack}.yaml", stack) if platform else None
+    return rendering(stack, monitor, settings), monitor
+
+
 @dataclass
 class Rendering:
     """What a render writes, as data."""
@@ -98,6 +117,8 @@ class Rendering:
     manifests: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     charts: list[dict[str, Any]] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] | None = None
+    """The platform stack's resolved settings (None for another project), for the diff's setting effects."""
 
 
 def is_kubernetes_object(reg: Registration) -> bool:
@@ -132,8 +153,8 @@ def ordered(regs: list[Registration]) -> list[Registration]:
     return out
 
 
-def rendering(stack: str, monitor: RecordingMonitor) -> Rendering:
-    """Turn the registrations into the plan, manifests and charts."""
+def rendering(stack: str, monitor: RecordingMonitor, settings: PlatformSettings | None = None) -> Rendering:
+    """Turn the registrations into the plan, manifests and charts (and the platform's ``settings`` as data)."""
     regs = ordered(monitor.registrations)
     by_urn = {r.urn: r for r in regs}
     plan = {
@@ -152,7 +173,8 @@ def rendering(stack: str, monitor: RecordingMonitor) -> Rendering:
             for r in regs
         ],
     }
-    out = Rendering(plan=plan, outputs=monitor.stack_outputs)
+    dumped = settings.model_dump(by_alias=True, mode="json") if settings is not None else None
+    out = Rendering(plan=plan, outputs=monitor.stack_outputs, settings=dumped)
     for r in regs:
         if is_kubernetes_object(r):
             out.manifests.setdefault(component_of(r, by_urn), []).append(r.inputs)
@@ -186,6 +208,8 @@ def write(result: Rendering, out_dir: Path) -> None:
         (manifests / f"{component}.yaml").write_text(yaml.safe_dump_all(objects, sort_keys=True))
     (out_dir / "charts.yaml").write_text(yaml.safe_dump(result.charts, sort_keys=True))
     (out_dir / "outputs.json").write_text(json.dumps(result.outputs, indent=2, sort_keys=True) + "\n")
+    if result.settings is not None:
+        (out_dir / "settings.json").write_text(json.dumps(result.settings, indent=2, sort_keys=True) + "\n")
 
 
 def summary(result: Rendering) -> str:

@@ -325,9 +325,16 @@ def test_chart_bump_links_its_upgrade_notes():
     assert data_notes.RUNBOOK_CHART in note
 
 
-def test_a_stale_acknowledgement_is_pointed_out():
+def test_an_acknowledgement_of_nothing_blocking_is_refused_naming_it():
+    """Left in place, an old acknowledgement would pass a later replace of the same resource unseen."""
     diff = plan_diff.diff_stack("dev", rendered(COLD), rendered(COLD), ["StatefulSet/meta/redis"])
-    assert diff.notes == ["`StatefulSet/meta/redis` is acknowledged but not replaced or deleted here: remove it"]
+    assert diff.stale == ["StatefulSet/meta/redis"] and not diff.blocking
+    assert plan_diff.exit_code([diff]) == 1
+    text = plan_diff.markdown([diff], "main", "HEAD")
+    assert "**Refused** (exit 1)" in text and "- `StatefulSet/meta/redis`" in text
+    assert json.loads(plan_diff.as_json([diff]))["stacks"][0]["staleAcknowledgements"] == ["StatefulSet/meta/redis"]
+    claim_gone = plan_diff.diff_stack("dev", rendered(CLAIM), rendered(), ["PersistentVolumeClaim/team-a/data"])
+    assert claim_gone.stale == [] and plan_diff.exit_code([claim_gone]) == 0
 
 
 # --- the command: formats, and the exit rule both ways -----------------------------------------------------
