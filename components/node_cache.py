@@ -53,7 +53,8 @@ class CacheVolumeSettings(Section):
     enabled: bool = True
     """Carve it out of the volume group and mount it (off: give `juicefs.cache.cacheDir` a data disk yourself)."""
     size_gib: int = Field(1700, ge=1, le=1_000_000)
-    """Size of the volume in GiB: the JuiceFS cache (with its free-space ratio) and Fluid's SSD levels fit."""
+    """Size of the volume in GiB: the JuiceFS cache (with its free-space ratio) and Fluid's SSD levels fit. Growing
+    it extends each node's volume and filesystem online; a smaller value is never applied to a node (runbook)."""
     device_class: str | None = None
     """TopoLVM device class whose volume group holds it (unset: the default class, the hot tier's)."""
     path: str = Field(CACHE_PATH, pattern=r"^/[A-Za-z0-9._/-]+$")
@@ -63,16 +64,28 @@ class CacheVolumeSettings(Section):
 
 
 def prepare_script(volume_group: str, s: CacheVolumeSettings) -> str:
-    """The host's commands: create the volume once, format it once, mount it (idempotent, at every start)."""
+    """The host's commands, idempotent at every start: create the volume once, extend it when ``sizeGib`` grew
+    (lvextend, then the filesystem online), never shrink it (xfs cannot; the node keeps the bigger volume and says
+    so), format it once, mount it."""
     vg, lv, path = shlex.quote(volume_group), LV_NAME, shlex.quote(s.path)
     mkfs = "mkfs.xfs -q" if s.filesystem == "xfs" else "mkfs.ext4 -q"
+    grow = f"xfs_growfs {path} >/dev/null" if s.filesystem == "xfs" else f"resize2fs /dev/{vg}/{lv} >/dev/null 2>&1"
+    want = s.size_gib * 2**30
+    kept = (
+        f"node cache volume {vg}/{lv} kept at $have bytes, above sizeGib {s.size_gib}: a volume is never shrunk "
+        f"(docs/runbook.md#shrink-the-node-cache-volume)"
+    )
     return "\n".join(
         [
             "set -eu",
             f"if ! lvm lvs {vg}/{lv} >/dev/null 2>&1; then lvm lvcreate -y -n {lv} -L {s.size_gib}g {vg}; fi",
+            f"have=$(lvm lvs --noheadings --nosuffix --units b -o lv_size {vg}/{lv} | tr -d ' ')",
+            f'if [ "$have" -lt {want} ]; then lvm lvextend -L {s.size_gib}g {vg}/{lv}; fi',
+            f'if [ "$have" -gt {want} ]; then echo "{kept}" >&2; fi',
             f"if ! blkid /dev/{vg}/{lv} >/dev/null 2>&1; then {mkfs} /dev/{vg}/{lv}; fi",
             f"mkdir -p {path}",
             f"mountpoint -q {path} || mount /dev/{vg}/{lv} {path}",
+            grow,
             f"mkdir -p {path}/juicefs {path}/fluid",
         ]
     )

@@ -203,7 +203,11 @@ EFFECTS: tuple[Entry, ...] = (
     Entry("localNvme.deviceClasses[].thinPool*", E.NODE_ACTION, "the thin pool must exist on every node"),
     Entry("localNvme.deviceClasses", E.STOPS_IO, LVMD_FORGETS, _loses_entries),
     Entry("localNvme.deviceClasses[]*", E.STOPS_IO, LVMD_FORGETS),
-    Entry("localNvme.cacheVolume.sizeGib", E.NODE_ACTION, "the node-cache pod grows it on each node; never shrinks"),
+    Entry(
+        "localNvme.cacheVolume.sizeGib",
+        E.NODE_ACTION,
+        "each node's volume grows online as the node-cache pods roll; never shrinks (runbook)",
+    ),
     Entry("localNvme.cacheVolume.*", E.NODE_ACTION, "the node-cache pod prepares the volume again; caches refill"),
     Entry("localNvme.*", E.COST, "controller replicas and webhooks"),
     Entry("acceptance.namespace", E.REPLACES, NEW_NAME),

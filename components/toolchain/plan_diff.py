@@ -97,14 +97,19 @@ def diff_stack(stack: str, base: Render, head: Render, acknowledged: list[str]) 
         data_notes(change, old, new, base, head)
         out.changes.append(change)
     settings = setting_changes(base.settings, head.settings) if base.settings and head.settings else []
-    for change in [*volume_changes(base, head), *setting_blocks(settings, out.changes)]:
-        change.acknowledged = change.id in acknowledged
-        out.changes.append(change)
+    _add(out, volume_changes(base, head), acknowledged)
+    _add(out, setting_blocks(settings, out.changes), acknowledged)  # after the resource rules it may defer to
     namespace_deletion_notes(out.changes)
     out.notes += chart_notes(base, head) + engine_notes(base, head) + [s.note for s in settings]
     needed = {c.id for c in out.changes if c.needs_acknowledgement}
     out.stale = [a for a in acknowledged if a not in needed]
     return out
+
+
+def _add(out: StackDiff, changes: list[Change], acknowledged: list[str]) -> None:
+    for change in changes:
+        change.acknowledged = change.id in acknowledged
+        out.changes.append(change)
 
 
 def _move_note(moved: list[str]) -> str:

@@ -77,11 +77,20 @@ def _leaves(value: Any, path: str = "", shape: str = "") -> dict[str, tuple[str,
     return found
 
 
+def _entries_in(path: str) -> list[str]:
+    """The entries a path lies in: ``a[x].b[y].c`` -> ``a[x]``, ``a[x].b[y]``."""
+    return [path[: i + 1] for i, char in enumerate(path) if char == "]"]
+
+
 def setting_changes(base: dict[str, Any], head: dict[str, Any]) -> list[SettingChange]:
-    """Every key whose value differs between two stacks' settings, in the head's order then the base's."""
+    """Every key whose value differs between two stacks' settings, in the head's order then the base's; an entry
+    added or removed is one change of its list (the keys inside it are not listed one by one)."""
     old, new = _leaves(base), _leaves(head)
+    entries = [{e for p in side for e in _entries_in(p)} for side in (old, new)]
     changes = []
     for path in [*new, *(p for p in old if p not in new)]:
+        if any(e not in entries[0] or e not in entries[1] for e in _entries_in(path)):
+            continue  # inside an entry one side lacks: its list's change says it
         before, after = old.get(path, (None, None))[1], new.get(path, (None, None))[1]
         if before != after:
             changes.append(SettingChange(path, (new.get(path) or old[path])[0], before, after))

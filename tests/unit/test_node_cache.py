@@ -59,6 +59,63 @@ def test_the_preparation_script_is_idempotent_shell():
         assert subprocess.run(["sh", "-n", "-c", script], capture_output=True).returncode == 0
 
 
+HOST_TOOLS = {
+    # lvm as the script calls it: lvs (exists?), lvs -o lv_size (bytes), lvcreate and lvextend (-L <n>g)
+    "lvm": """
+case "$1" in
+  lvs) [ -f "$STATE/size" ] || exit 5; case "$*" in *lv_size*) echo "  $(cat "$STATE/size")";; esac;;
+  lvcreate|lvextend) n=$(echo "$*" | sed 's/.*-L \\([0-9]*\\)g.*/\\1/'); echo $((n * 1073741824)) > "$STATE/size";;
+esac""",
+    "blkid": '[ -f "$STATE/fs" ]',
+    "mkfs.xfs": 'touch "$STATE/fs"',
+    "mountpoint": '[ -f "$STATE/mounted" ]',
+    "mount": 'touch "$STATE/mounted"',
+    "xfs_growfs": ":",
+}
+
+
+def run_on_host(tmp_path, size_gib: int) -> subprocess.CompletedProcess[str]:
+    """The preparation script, run by sh with stand-ins for the host's lvm, blkid, mkfs, mount and xfs_growfs
+    that keep the volume's state in files and log each call."""
+    from components.node_cache import CacheVolumeSettings, prepare_script
+
+    bin_dir, state = tmp_path / "bin", tmp_path / "state"
+    for name, body in HOST_TOOLS.items():
+        tool = bin_dir / name
+        tool.parent.mkdir(exist_ok=True)
+        tool.write_text(f'#!/bin/sh\necho "{name} $*" >> "$STATE/calls"\n{body}\n')
+        tool.chmod(0o755)
+    state.mkdir(exist_ok=True)
+    (state / "calls").write_text("")
+    script = prepare_script("nvme-vg", CacheVolumeSettings(size_gib=size_gib, path=str(tmp_path / "cache")))
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "STATE": str(state)}
+    return subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env, check=False)
+
+
+def calls(tmp_path) -> list[str]:
+    return [line.split()[0] + " " + line.split()[1] for line in (tmp_path / "state" / "calls").read_text().splitlines()]
+
+
+@pytest.mark.skipif(shutil.which("sh") is None, reason="needs a POSIX sh")
+def test_the_cache_volume_is_made_once_grows_online_and_is_never_shrunk(tmp_path):
+    first = run_on_host(tmp_path, 100)
+    assert first.returncode == 0, first.stderr
+    assert calls(tmp_path) == ["lvm lvs", "lvm lvcreate", "lvm lvs", "blkid /dev/nvme-vg/ai-storage-cache",
+                               "mkfs.xfs -q", "mountpoint -q", "mount /dev/nvme-vg/ai-storage-cache",
+                               "xfs_growfs " + str(tmp_path / "cache")]  # fmt: skip
+    assert (tmp_path / "cache" / "juicefs").is_dir() and (tmp_path / "cache" / "fluid").is_dir()
+    again = run_on_host(tmp_path, 100)  # the pod restarts: nothing is made twice
+    assert again.returncode == 0 and "lvm lvcreate" not in calls(tmp_path) and "mkfs.xfs -q" not in calls(tmp_path)
+    assert "lvm lvextend" not in calls(tmp_path)
+    grown = run_on_host(tmp_path, 150)  # sizeGib grew: extended, and the filesystem grown, on the mounted volume
+    assert grown.returncode == 0 and calls(tmp_path).count("lvm lvextend") == 1
+    assert (tmp_path / "state" / "size").read_text().strip() == str(150 * 2**30)
+    shrunk = run_on_host(tmp_path, 120)  # never shrunk: the node keeps 150 GiB and says why
+    assert shrunk.returncode == 0 and "lvm lvextend" not in calls(tmp_path)
+    assert (tmp_path / "state" / "size").read_text().strip() == str(150 * 2**30)
+    assert "above sizeGib 120: a volume is never shrunk" in shrunk.stderr
+
+
 @pytest.mark.parametrize(
     ("config", "key", "words"),
     [
