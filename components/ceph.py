@@ -61,6 +61,9 @@ class CephDevice(Section):
         return {"name": data} if isinstance(data, str) else data
 
 
+ZONE = "topology.kubernetes.io/zone"
+"""The node label the zones are read from (Kubernetes' well-known label)."""
+
 NVME_PATHS = (
     "/dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_AWS1A2B3C4D5E6F7",
     "/dev/disk/by-id/nvme-SAMSUNG_MZQL23T8HCLS-00A07_S64HNE0T123456",
@@ -93,6 +96,9 @@ class CephStorageSettings(Section):
     """Per-node device lists; when set, only these nodes and disks are used and `deviceFilter` is ignored."""
     osd_node_selector: dict[str, str] = {}
     """Labels of the nodes whose disks become OSDs (unset: every node); keeps Ceph off the TopoLVM nodes' NVMe."""
+    zones: list[DnsLabel] = []
+    """The zones (`topology.kubernetes.io/zone`) the storage nodes span: `failureDomain: zone` needs at least
+    `replicaSize` of them, and three for the monitors, which are then spread one per zone."""
 
     def filter_in_effect(self) -> tuple[str, str | None, tuple[str, ...]]:
         """The key of the filter Rook applies, its pattern, and NVMe devices it must miss while TopoLVM owns them."""
@@ -226,6 +232,18 @@ class RookCephSettings(Section):
             found.append(
                 Problem("minSize", expected, self.min_size, "pools with minSize above size never accept writes")
             )
+        zones_needed = max(self.replica_size, 3)
+        if self.failure_domain == "zone" and len(set(self.storage.zones)) < zones_needed:
+            found.append(
+                Problem(
+                    "storage.zones",
+                    f"expected at least {zones_needed} zones the storage nodes span with failureDomain zone (one copy "
+                    "of each object per zone, one monitor per zone)",
+                    self.storage.zones,
+                    "name them (`kubectl get nodes -L topology.kubernetes.io/zone`); with fewer zones than copies "
+                    "the pools' placement groups never become active and their I/O stops; or use failureDomain host",
+                )
+            )
         if not (self.storage.nodes or self.storage.device_filter or self.storage.device_path_filter):
             hint = "useAllDevices is always false, so without one Ceph creates no OSDs"
             expected = "expected a deviceFilter, a devicePathFilter or a per-node device list"
@@ -348,8 +366,13 @@ def cluster_spec(s: RookCephSettings) -> dict[str, Any]:
         }
     ]
     on = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+    placement: dict[str, Any] = {"osd": on, "prepareosd": on} if s.storage.osd_node_selector else {}
+    if s.failure_domain == "zone":  # a zone lost keeps a majority of the monitors (Rook labels them app=...)
+        spread = {"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule"}
+        spread["labelSelector"] = {"matchLabels": {"app": "rook-ceph-mon"}}
+        placement["mon"] = {"topologySpreadConstraints": [spread]}
     return {
-        **({"placement": {"osd": on, "prepareosd": on}} if s.storage.osd_node_selector else {}),
+        **({"placement": placement} if placement else {}),
         "cephVersion": {"image": versions.CEPH_IMAGE, "allowUnsupported": False},
         "dataDirHostPath": s.data_dir_host_path,
         "cephConfig": {"osd": {"osd_mclock_profile": s.mclock_profile}},

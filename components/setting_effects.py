@@ -183,6 +183,7 @@ EFFECTS: tuple[Entry, ...] = (
         "the checkpoint pools' CRUSH rule: every object moves",
         shown_by=CEPH_POOLS,
     ),
+    Entry("rookCeph.storage.zones", E.SAFE, "checked against failureDomain zone; spreads the monitors one per zone"),
     Entry("rookCeph.storage.*", E.MOVES_DATA, "OSDs added or left out: Ceph rebalances placement groups"),
     Entry("rookCeph.blockPool", E.REPLACES, NEW_NAME),
     Entry("rookCeph.*Filesystem", E.REPLACES, NEW_NAME),

@@ -27,6 +27,7 @@ VARIANTS = {
             ]
         }
     },
+    "zones": {"rookCeph": {"failureDomain": "zone", "storage": {"zones": ["zone-a", "zone-b", "zone-c"]}}},
     "destructive-cleanup-opted-in": {
         "rookCeph": {
             "cleanupPolicy": {"confirmation": "yes-really-destroy-data", "allowUninstallWithVolumes": True},

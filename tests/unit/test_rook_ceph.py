@@ -96,6 +96,24 @@ def test_default_ceph_is_three_copies_two_to_write_across_hosts_with_three_mons(
         assert pool["failureDomain"] == "host"
 
 
+def test_zone_failure_domain_needs_three_zones_named_and_spreads_the_monitors_over_them(build):
+    with pytest.raises(SettingsError) as refused:
+        load_settings(
+            "prod", {"rookCeph": {"failureDomain": "zone", "storage": {"zones": ["eu-west-3a", "eu-west-3b"]}}}
+        )
+    (problem,) = refused.value.problems
+    assert problem.key == "rookCeph.storage.zones" and "expected at least 3 zones" in problem.expected
+    zones = ["eu-west-3a", "eu-west-3b", "eu-west-3c"]
+    settings = stack_settings("prod", {"rookCeph": {"failureDomain": "zone", "storage": {"zones": zones}}}).rook_ceph
+    result, _ = build(lambda: rook(settings))
+    (spread,) = crs(result, "CephCluster")[0]["spec"]["placement"]["mon"]["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "topology.kubernetes.io/zone" and spread["whenUnsatisfiable"] == "DoNotSchedule"
+    assert spread["labelSelector"] == {"matchLabels": {"app": "rook-ceph-mon"}}
+    assert all(p["spec"]["failureDomain"] == "zone" for p in crs(result, "CephBlockPool"))
+    host, _ = build(rook)
+    assert "placement" not in crs(host, "CephCluster")[0]["spec"]  # host: Rook's own one-mon-per-node rule
+
+
 def test_every_ceph_resource_is_protected_and_retained_when_asked(build):
     # That protected stacks ask (cluster.protectStatefulResources) is the security gate's whole-stack test.
     for protect in (True, False):
