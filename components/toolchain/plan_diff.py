@@ -38,6 +38,7 @@ from .diff_rules import (
 from .diff_sources import RenderError, folders
 from .render import stack_settings
 from .setting_changes import setting_blocks, setting_changes
+from .upgrade_rules import upgrade_rule_blocks
 
 __all__ = ["Change", "Render", "RenderError", "StackDiff", "as_json", "compare", "diff_stack", "exit_code", "markdown"]
 
@@ -99,6 +100,7 @@ def diff_stack(stack: str, base: Render, head: Render, acknowledged: list[str]) 
     settings = setting_changes(base.settings, head.settings) if base.settings and head.settings else []
     _add(out, volume_changes(base, head), acknowledged)
     _add(out, setting_blocks(settings, out.changes), acknowledged)  # after the resource rules it may defer to
+    upgrade_rule_blocks(base, head, out.changes)
     namespace_deletion_notes(out.changes)
     out.notes += chart_notes(base, head) + engine_notes(base, head) + [s.note for s in settings]
     needed = {c.id for c in out.changes if c.needs_acknowledgement}

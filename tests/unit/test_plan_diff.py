@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from components.common import versions
 from components.settings import SettingsError, load_settings
 from components.toolchain import data_notes, diff_rules, diff_sources, plan_diff, render
 from components.toolchain.cli import main
@@ -18,6 +19,7 @@ from tests.conftest import STACKS as EVERY_STACK
 from tests.conftest import stack_file
 
 PREVIOUS_RELEASE = "b68ff3c"  # 0.1.0
+RUNBOOK = (ROOT / "docs" / "runbook.md").read_text()
 STACKS = ["dev", "staging", "prod"]
 
 
@@ -323,6 +325,48 @@ def test_chart_bump_links_its_upgrade_notes():
     (note,) = diff.notes
     assert note.startswith("chart fluid 1.0.7 -> 1.0.8") and data_notes.CHART_NOTES["fluid"] in note
     assert data_notes.RUNBOOK_CHART in note
+
+
+def release(chart: str, version: str) -> dict[str, Any]:
+    inputs = {"chart": chart, "version": version, "name": chart, "namespace": "rook-ceph"}
+    return {
+        "type": diff_rules.RELEASE,
+        "name": f"ai-storage-{chart}",
+        "parent": None,
+        "dependsOn": [],
+        "inputs": inputs,
+    }
+
+
+def ceph_cluster(image: str) -> dict[str, Any]:
+    return k8s("ceph.rook.io/v1", "CephCluster", "rook-ceph", "rook-ceph", spec={"cephVersion": {"image": image}})
+
+
+def test_the_rook_operator_bumped_without_its_csi_drivers_blocks_as_the_runbook_says():
+    before = [release("rook-ceph", "v1.20.6"), release("ceph-csi-drivers", "1.0.4")]
+    alone = plan_diff.diff_stack("dev", rendered(*before), rendered(release("rook-ceph", "v1.21.0"), before[1]), [])
+    (blocked,) = alone.blocking
+    assert blocked.id == f"{diff_rules.RELEASE}/ai-storage-rook-ceph"
+    assert "rook-ceph, ceph-csi-drivers move together" in blocked.notes[-1] and "#upgrade-a-chart" in blocked.notes[-1]
+    together = rendered(release("rook-ceph", "v1.21.0"), release("ceph-csi-drivers", "1.1.0"))
+    assert plan_diff.diff_stack("dev", rendered(*before), together, []).blocking == []
+    assert versions.UPGRADE_TOGETHER == (("rook-ceph", "ceph-csi-drivers"),)
+    assert "upgrade the `rook-ceph` operator and the `ceph-csi-drivers` release together" in RUNBOOK
+
+
+def test_the_ceph_image_moves_one_major_at_a_time_and_never_with_the_operator():
+    old = ceph_cluster("quay.io/ceph/ceph:v19.2.3")
+    skip = one(old, changed(old, (("spec", "cephVersion", "image"), "quay.io/ceph/ceph:v21.2.0")))
+    assert skip.blocking and "skips a major; one at a time" in skip.notes[-1]
+    step = one(old, changed(old, (("spec", "cephVersion", "image"), "quay.io/ceph/ceph:v20.2.4")))
+    assert not step.blocking
+    new = changed(old, (("spec", "cephVersion", "image"), "quay.io/ceph/ceph:v20.2.4"))
+    operators = [release("rook-ceph", "v1.20.6"), release("ceph-csi-drivers", "1.0.4")]
+    bumped = [release("rook-ceph", "v1.21.0"), release("ceph-csi-drivers", "1.1.0")]
+    both = plan_diff.diff_stack("dev", rendered(old, *operators), rendered(new, *bumped), [])
+    assert [c.id for c in both.blocking] == ["CephCluster/rook-ceph/rook-ceph"]
+    assert "an update of its own, after the rook-ceph operator's" in both.blocking[0].notes[-1]
+    assert "one Ceph release at a time" in RUNBOOK and versions.CEPH_MAJORS_PER_UPDATE == 1
 
 
 def test_an_acknowledgement_of_nothing_blocking_is_refused_naming_it():
