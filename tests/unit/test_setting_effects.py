@@ -131,3 +131,41 @@ def test_the_diff_of_two_renders_reads_their_settings(render_stack, tmp_path):
     (cache,) = [n for n in diff.notes if n.startswith("setting `juicefs.cache.cacheSizeMib`")]
     assert "needs node action" in cache
     assert plan_diff.exit_code([plan_diff.diff_stack("staging", base, head, ["Setting/rookCeph.replicaSize"])]) == 0
+
+
+ZONES = ["eu-west-3a", "eu-west-3b", "eu-west-3c"]
+CEPH_POOLS = {"CephBlockPool/rook-ceph/replicapool", "CephFilesystem/rook-ceph/ai-checkpoint",
+              "CephFilesystem/rook-ceph/ai-warm"}  # fmt: skip
+DAY_TWO = {  # the engineer's day-2 changes on the EKS stack: what blocks (as what), and the note's effect
+    "rename the volume": ({"juicefs": {"volumeName": "v2"}}, {"JuiceFSVolume/v2"}, "stops I/O"),
+    "writeback on": ({"juicefs": {"cache": {"writeback": True}}}, {"StorageClass/cold"}, "can lose acknowledged"),
+    "failure domain": ({"rookCeph": {"failureDomain": "zone", "storage": {"zones": ZONES}}}, CEPH_POOLS, "moves data"),
+    "min size up": ({"rookCeph": {"minSize": 3}}, {"Setting/rookCeph.minSize"}, "stops I/O"),
+    "grow the cache volume": ({"localNvme": {"cacheVolume": {"sizeGib": 1800}}}, set(), "needs node action"),
+    "quota shrink": ({"teams": {"quota": {"tiers": {"warm": {"storage": "512Gi"}}}}}, set(), "describe resourcequota"),
+    "bigger ElastiCache nodes": ({"metadata": {"elasticache": {"nodeType": "cache.r7g.2xlarge"}}}, set(), "in place"),
+    "alert timing": ({"monitoring": {"rules": {"pendingFor": "17m"}}}, set(), "in place"),
+}
+
+
+@pytest.fixture(scope="module")
+def eks_base(tmp_path_factory):
+    from tests.conftest import stack_file
+
+    tmp = tmp_path_factory.mktemp("eks")
+    result, _ = render.rendered("eks-gpu-prod", stack_file(tmp, "eks-gpu-prod", {}))
+    render.write(result, tmp / "base")
+    return plan_diff.load_render(tmp / "base")
+
+
+@pytest.mark.parametrize("change", sorted(DAY_TWO))
+def test_each_day_two_change_on_the_eks_stack_blocks_exactly_when_it_hurts_data(
+    eks_base, render_stack, tmp_path, change
+):
+    overrides, blocks, effect = DAY_TWO[change]
+    after, _ = render_stack("eks-gpu-prod", **overrides)
+    render.write(after, tmp_path / "head")
+    diff = plan_diff.diff_stack("eks-gpu-prod", eks_base, plan_diff.load_render(tmp_path / "head"), [])
+    assert {c.id for c in diff.blocking} == blocks
+    assert any(n.startswith("setting `") and effect in n for n in diff.notes), diff.notes
+    assert plan_diff.exit_code([diff]) == (1 if blocks else 0)
