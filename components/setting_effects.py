@@ -71,12 +71,12 @@ class Entry:
     effect: Effect
     why: str
     when: Test | None = None
-    """For a blocking effect: the changes that have it (None: every change)."""
+    """The changes that block (None: every change of a class that blocks)."""
     shown_by: tuple[str, ...] = ()
     """Resource types whose own rule in the diff blocks the change, naming the object (no second block)."""
 
     def blocks(self, old: Any, new: Any) -> bool:
-        return self.effect.blocks and (self.when is None or self.when(old, new))
+        return self.effect.blocks if self.when is None else self.when(old, new)
 
 
 CEPH_POOLS = tuple(f"kubernetes:ceph.rook.io/v1:{k}" for k in ("CephBlockPool", "CephFilesystem", "CephObjectStore"))
@@ -207,7 +207,9 @@ EFFECTS: tuple[Entry, ...] = (
     Entry(
         "localNvme.cacheVolume.sizeGib",
         E.NODE_ACTION,
-        "each node's volume grows online as the node-cache pods roll; never shrinks (runbook)",
+        "each node's volume grows online as the node-cache pods roll; a smaller size is never applied to a node, "
+        "so a shrink blocks (runbook: shrink the node cache volume)",
+        _lowered,
     ),
     Entry("localNvme.cacheVolume.*", E.NODE_ACTION, "the node-cache pod prepares the volume again; caches refill"),
     Entry("localNvme.*", E.COST, "controller replicas and webhooks"),

@@ -92,3 +92,11 @@ def test_add_a_queue_as_written_renders_and_blocks_nothing(render_stack, tmp_pat
     d = diff(render_stack, tmp_path, "dev", {}, {"volcano": {"queues": [*queues, entry]}}, [])
     assert d.blocking == [] and d.stale == []
     assert any(c.id == f"Queue/{entry['name']}" and c.action == "create" for c in d.changes)
+
+
+def test_add_a_team_blocks_nothing(render_stack, tmp_path):
+    assert "Add an entry to `teams.workspaces`" in section("Add a team")
+    team = {"name": "vision", "space": "100Gi", "datasets": ["vision-eval"]}
+    d = diff(render_stack, tmp_path, "prod", {}, {"teams": {"workspaces": [team]}}, [])
+    assert d.blocking == [] and d.stale == []
+    assert any(c.id == "Namespace/vision" and c.action == "create" for c in d.changes)

@@ -91,6 +91,8 @@ def load_ack(ref: str) -> list[str]:
         ({"rookCeph": {"minSize": 3}}, {"rookCeph": {"minSize": 2}}, False),
         ({}, {"juicefs": {"cache": {"extraMountOptions": ["writeback"]}}}, True),
         ({}, {"juicefs": {"cache": {"extraMountOptions": ["no-bgjob"]}}}, False),
+        ({}, {"localNvme": {"cacheVolume": {"sizeGib": 1650}}}, True),  # never applied to a node: runbook first
+        ({}, {"localNvme": {"cacheVolume": {"sizeGib": 1800}}}, False),
     ],
 )
 def test_a_change_harmful_one_way_only_blocks_that_way(before, after, blocks):
@@ -109,7 +111,8 @@ def test_dropping_a_storage_toleration_blocks_and_adding_one_does_not():
 
 
 def test_a_block_a_resource_rule_already_shows_is_not_asked_twice():
-    (change,) = changes_between("prod", {}, {"rookCeph": {"failureDomain": "zone"}})
+    zone = {"rookCeph": {"failureDomain": "zone", "storage": {"zones": ["a", "b", "c"]}}}
+    (change, _) = changes_between("prod", {}, zone)
     pool = plan_diff.Change("CephBlockPool/rook-ceph/replicapool", "kubernetes:ceph.rook.io/v1:CephBlockPool",
                             "replicapool", "update", moves_data=True)  # fmt: skip
     assert setting_blocks([change], [pool]) == []
