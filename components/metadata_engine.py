@@ -22,7 +22,7 @@ from typing import Any, Literal
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .backends.metadata_engines.elasticache import ElastiCacheSettings, elasticache_engine
+from .backends.metadata_engines.elasticache import ElastiCacheSettings, elasticache_engine, engine_version_problem
 from .backends.metadata_engines.redis import (
     CONFIG_SECRET,
     PORT,
@@ -76,6 +76,7 @@ class MetadataSettings(RedisSettings):
                 )
             )
         if self.engine == "elasticache":
+            found += [p for p in [engine_version_problem(self.flavor, self.elasticache)] if p]
             found += [
                 Problem(f"elasticache.{key}", "expected at least one", [], hint)
                 for key, value, hint in (

@@ -50,6 +50,10 @@ def _lowered(old: Any, new: Any) -> bool:
     return old is not None and new is not None and new < old
 
 
+def _replaced(old: Any, new: Any) -> bool:
+    return old is not None and old != new
+
+
 def _weaker_fsync(old: Any, new: Any) -> bool:
     return old == "always" and new != "always"
 
@@ -107,6 +111,12 @@ EFFECTS: tuple[Entry, ...] = (
     Entry("objectStore.minio.storage*", E.REPLACES, "the StatefulSet's volume claim template: replaced with its data"),
     Entry("objectStore.s3.region", E.REPLACES, "a bucket in another region is a new bucket"),
     Entry("objectStore.s3.noncurrentVersionDays", E.COST, "old versions expire sooner or later: less or more to undo"),
+    Entry(
+        "objectStore.s3.kmsKeyArn",
+        E.STOPS_IO,
+        "objects written before keep the old key, which the scopes may no longer use: they cannot be read",
+        _replaced,
+    ),
     Entry("objectStore.s3.*Arn", E.SAFE, "the pods' IAM trust; a wrong one refuses their keys"),
     Entry("objectStore.s3.serviceAccounts", E.SAFE, "the pods' IAM trust; a wrong one refuses their keys"),
     Entry("objectStore.s3.*", E.COST, "S3 lifecycle: objects change storage class, all instantly readable"),
@@ -127,6 +137,13 @@ EFFECTS: tuple[Entry, ...] = (
     Entry("metadata.sentinel.replicas", E.COST, "replicas added or removed one at a time"),
     Entry("metadata.sentinel.spread", E.SAFE, f"placement: {ROLLS}; Sentinel fails over"),
     Entry("metadata.sentinel.*", E.SAFE, "failover timing, in place"),
+    Entry("metadata.elasticache.kmsKeyId", E.REPLACES, "the group is created anew (the diff blocks it as the group)"),
+    Entry(
+        "metadata.elasticache.engineVersion",
+        E.SAFE,
+        "an upgrade in place (at the maintenance window unless immediate); a downgrade creates the group anew "
+        "(the diff blocks it as the group)",
+    ),
     Entry("metadata.elasticache.subnetIds", E.SAFE, "the subnet group, in place; AWS refuses removing a used subnet"),
     Entry("metadata.elasticache.nodeType", E.SAFE, "AWS scales online (at the maintenance window unless immediate)"),
     Entry("metadata.elasticache.snapshot*", E.COST, "how many daily snapshots are kept, and when they are taken"),

@@ -3,7 +3,7 @@ raises, the one way a settings tree is checked, and the configuration reference 
 Component modules define their own sections on top of it; it imports none of them."""
 
 from .base import ControllerSettings, Resources, Section
-from .fields import Cron, DnsLabel, PinnedImage, Quantity, Regex, ResourceRef, Window
+from .fields import Cron, DnsLabel, KmsKeyArn, PinnedImage, Quantity, Regex, ResourceRef, Window
 from .layers import merge
 from .problems import Problem, SettingsError
 from .reference import every_key, leaf_keys, reference
@@ -14,6 +14,7 @@ __all__ = [
     "ControllerSettings",
     "Cron",
     "DnsLabel",
+    "KmsKeyArn",
     "PinnedImage",
     "Problem",
     "Quantity",

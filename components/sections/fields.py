@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, Field
 from pydantic_core import PydanticCustomError
 
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
@@ -138,3 +138,7 @@ Window = Annotated[str, AfterValidator(_window)]
 """A positive Prometheus duration (a rate window, a scrape interval): ``30s``, ``5m``, ``1h``; never zero."""
 PinnedImage = Annotated[str, AfterValidator(_pinned_image)]
 """A container image pinned by a tag other than ``latest``, or by a digest."""
+
+
+KmsKeyArn = Annotated[str, Field(pattern=r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[A-Za-z0-9-]+$")]
+"""The ARN of an AWS KMS key (not an alias: IAM policies grant keys by key ARN)."""

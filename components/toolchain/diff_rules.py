@@ -21,6 +21,7 @@ CORE_VALIDATION = f"{K8S_VALIDATION}/core/validation/validation.go"
 RANDOM_SOURCE = "https://github.com/hashicorp/terraform-provider-random/tree/v3.7.2/internal/provider"
 RELEASE = "kubernetes:helm.sh/v3:Release"
 PROVIDER = "pulumi:providers:kubernetes"
+AWS_ELASTICACHE = "https://github.com/hashicorp/terraform-provider-aws/blob/main/internal/service/elasticache"
 
 _SELECTOR = (".spec.selector",)  # diff.go also lists the selector's sub-fields: a prefix of them here
 _STATEFULSET = (
@@ -110,6 +111,10 @@ FORCE_NEW_OTHER: dict[str, tuple[tuple[str, ...], str]] = {
         (".bucket", ".bucketPrefix"),
         "https://www.pulumi.com/registry/packages/aws/api-docs/s3/bucket/",
     ),
+    "aws:elasticache/replicationGroup:ReplicationGroup": (
+        (".kmsKeyId", ".port", ".subnetGroupName", ".transitEncryptionEnabled"),
+        f"{AWS_ELASTICACHE}/replication_group.go",
+    ),
     "aws:elasticache/parameterGroup:ParameterGroup": (
         (".family", ".name", ".description"),
         "https://github.com/hashicorp/terraform-provider-aws/blob/main/internal/service/elasticache/parameter_group.go",
@@ -118,7 +123,8 @@ FORCE_NEW_OTHER: dict[str, tuple[tuple[str, ...], str]] = {
 """Replace rules of the other resources the platform renders: a Helm release on its name and namespace
 (``forceNewFields`` in ``helm_release.go``), the Kubernetes provider when its cluster may change (``DiffConfig``:
 then every object it manages is replaced), an S3 bucket on its name, an ElastiCache parameter group on its family
-(a change of engine or major version), name and description. Every input of a ``random:`` resource
+(a change of engine or major version), name and description, an ElastiCache replication group on its KMS key,
+port, subnet group and transit encryption (``ForceNew`` in its schema). Every input of a ``random:`` resource
 forces a new value (the random provider's schema marks each one RequiresReplace)."""
 
 DATA_KINDS = {"PersistentVolumeClaim", "PersistentVolume", "CephCluster", "CephFilesystem", "CephBlockPool"}
@@ -243,7 +249,6 @@ def holds_data(r: dict[str, Any], render: Render) -> bool:
     return False
 
 
-AWS_ELASTICACHE = "https://github.com/hashicorp/terraform-provider-aws/blob/main/internal/service/elasticache"
 CEPH_PLACEMENT_FIELDS = {
     kind: tuple(f"{pool}.{field}" for pool in pools for field in ("deviceClass", "failureDomain"))
     for kind, pools in {

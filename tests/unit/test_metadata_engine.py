@@ -21,7 +21,7 @@ from components.sections import Resources, SettingsError
 from components.settings import load_settings
 from components.toolchain import mock_engine, render
 from components.toolchain.cli import main
-from tests.conftest import by_name, objects
+from tests.conftest import by_name, objects, stack_settings
 
 ELASTICACHE = {"subnetIds": ["subnet-0a", "subnet-0b"], "securityGroupIds": ["sg-01"]}
 
@@ -188,6 +188,36 @@ def test_elasticache_is_multi_az_encrypted_and_never_evicts(build):
     assert params.inputs["parameters"] == [{"name": "maxmemory-policy", "value": "noeviction"}]
     assert url["url"].startswith("rediss://:mock-meta-auth-token@") and url["url"].endswith(":6379/1")
     assert not [r for r in monitor.registrations if r.type.startswith("kubernetes:")]
+
+
+def test_elasticache_takes_an_engine_version_of_its_family_and_a_customer_key(build):
+    key = "arn:aws:kms:eu-west-3:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+    chosen = ElastiCacheSettings(subnet_ids=["subnet-0a"], security_group_ids=["sg-01"], engine_version="8.2",
+                                 kms_key_id=key)  # fmt: skip
+    settings = MetadataSettings(engine="elasticache", flavor="valkey", elasticache=chosen)
+    _, monitor = build(lambda: engine(settings, protect=True))
+    group = next(r for r in monitor.registrations if r.type == "aws:elasticache/replicationGroup:ReplicationGroup")
+    assert (group.inputs["engineVersion"], group.inputs["kmsKeyId"]) == ("8.2", key)
+    pinned = MetadataSettings(engine="elasticache", flavor="valkey", elasticache=ElastiCacheSettings(**ELASTICACHE))
+    _, monitor = build(lambda: engine(pinned, protect=True))
+    group = next(r for r in monitor.registrations if r.type == "aws:elasticache/replicationGroup:ReplicationGroup")
+    assert group.inputs["engineVersion"] == versions.ELASTICACHE_ENGINES["valkey"][1] and "kmsKeyId" not in group.inputs
+    with pytest.raises(SettingsError) as refused:
+        stack_settings("eks-gpu-prod", {"metadata": {"elasticache": {"engineVersion": "7.2"}}})
+    (problem,) = refused.value.problems
+    assert problem.key == "metadata.elasticache.engineVersion" and "valkey 8.x" in problem.expected
+
+
+def test_a_new_elasticache_key_replaces_the_group_and_blocks():
+    from components.toolchain import plan_diff
+
+    group = {"type": "aws:elasticache/replicationGroup:ReplicationGroup", "name": "meta", "parent": None,
+             "dependsOn": [], "inputs": {"engine": "valkey", "kmsKeyId": "arn:a"}}  # fmt: skip
+    keyed = {**group, "inputs": {**group["inputs"], "kmsKeyId": "arn:b"}}
+    diff = plan_diff.diff_stack("p", plan_diff.Render({"resources": [group]}, {}),
+                                plan_diff.Render({"resources": [keyed]}, {}), [])  # fmt: skip
+    (change,) = diff.changes
+    assert change.action == "replace" and change.blocking and "`.kmsKeyId` changed" in change.reasons[0]
 
 
 # ---------------------------------------------------------------- layout rules and the migration guard

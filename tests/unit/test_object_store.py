@@ -336,3 +336,33 @@ def test_a_rendered_s3_stack_names_the_endpoint_of_aws_region(tmp_path):
     path.write_text(yaml.safe_dump(data))
     result = render.rendering("prod", render.run("prod", path))
     assert result.outputs["objectStoreEndpoint"] == "https://s3.eu-west-3.amazonaws.com"
+
+
+KMS_KEY = "arn:aws:kms:eu-west-3:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+
+
+def test_s3_with_a_customer_key_encrypts_with_it_and_each_scope_may_use_only_it(build):
+    settings = ObjectStoreSettings(backend="s3", bucket="ai-data-x", s3=S3Settings(kms_key_arn=KMS_KEY))
+
+    def program() -> None:
+        built = two_scopes(store(settings))
+        built.scoped_access("reader", "datasets/", ("vision", "reader"), read_only=True)
+
+    _, monitor = build(program)
+    (encryption,) = inputs_of(
+        monitor, "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
+    )
+    default = encryption["rules"][0]["applyServerSideEncryptionByDefault"]
+    assert default == {"sseAlgorithm": "aws:kms", "kmsMasterKeyId": KMS_KEY}
+    keys = {}
+    for policy in inputs_of(monitor, "aws:iam/userPolicy:UserPolicy"):
+        statements = json.loads(policy["policy"])["Statement"]
+        keys[statements[0]["Resource"].split("/", 1)[1]] = [s for s in statements if s["Resource"] == KMS_KEY]
+    assert [s["Action"] for s in keys["checkpoints/vision/*"]] == [["kms:Decrypt", "kms:GenerateDataKey"]]
+    assert [s["Action"] for s in keys["datasets/*"]] == [["kms:Decrypt"]]  # a reader makes no data keys
+    _, plain = build(lambda: two_scopes(store(ObjectStoreSettings(backend="s3", bucket="ai-data-x"))))
+    (encryption,) = inputs_of(
+        plain, "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
+    )
+    assert encryption["rules"][0]["applyServerSideEncryptionByDefault"] == {"sseAlgorithm": "aws:kms"}
+    assert all("kms:" not in p["policy"] for p in inputs_of(plain, "aws:iam/userPolicy:UserPolicy"))

@@ -17,7 +17,7 @@ import pulumi_random as random
 from pydantic import Field
 
 from ...common import kube, versions
-from ...sections import Problem, Section
+from ...sections import KmsKeyArn, Problem, Section
 from .redis import DURABILITY, PORT, MetadataEndpoint, RedisSettings
 
 _HOUR = r"([01][0-9]|2[0-3]):[0-5][0-9]"
@@ -52,6 +52,13 @@ class ElastiCacheSettings(Section):
     """Redis engine thread CPU at which the CPU alarm fires (15 minutes above it), %."""
     replication_lag_alarm_seconds: float = Field(30.0, gt=0, le=3600)
     """A replica's lag behind the primary at which its alarm fires (5 minutes above it), s."""
+    engine_version: str | None = Field(None, pattern=r"^[0-9]+\.[0-9]+$")
+    """Engine version (`major.minor`); unset: the pinned one of the flavor (components/common/versions.py). A newer
+    minor upgrades in place (in the maintenance window unless `applyImmediately`); another major than the pinned
+    parameter group family's is refused; a lower version makes AWS create the group anew (the diff blocks it)."""
+    kms_key_id: KmsKeyArn | None = None
+    """Customer-managed KMS key (ARN) that encrypts the group at rest; unset: the AWS-owned key. Set it before the
+    group exists: changing it creates the group anew (the diff blocks it)."""
     apply_immediately: bool = False
     """Apply a change (node type, engine version, parameters) at once, restarting nodes now; off: AWS applies it in
     the group's next maintenance window (the diff says so)."""
@@ -64,6 +71,19 @@ class ElastiCacheSettings(Section):
             return []
         expected = f"expected above memoryWarningPercent ({self.memory_warning_percent:g})"
         return [Problem("memoryCriticalPercent", expected, self.memory_critical_percent, "critical is the worse level")]
+
+
+def engine_version_problem(flavor: str, e: ElastiCacheSettings) -> Problem | None:
+    """An engine version of another major than the pinned parameter group family's."""
+    _, pinned, family = versions.ELASTICACHE_ENGINES[flavor]
+    if e.engine_version is None or e.engine_version.split(".")[0] == pinned.split(".")[0]:
+        return None
+    return Problem(
+        "elasticache.engineVersion",
+        f"expected a {flavor} {pinned.split('.')[0]}.x version (the parameter group family {family})",
+        e.engine_version,
+        "another major needs another parameter group family: move the pin in components/common/versions.py",
+    )
 
 
 def parameters() -> list[dict[str, str]]:
@@ -81,19 +101,20 @@ def elasticache_engine(
     # ElastiCache auth tokens: 16-128 printable characters, none of @ " /.
     token = random.RandomPassword(f"{name}-auth-token", length=64, special=False, opts=child)
     subnets = aws.elasticache.SubnetGroup(f"{name}-subnets", subnet_ids=e.subnet_ids, opts=child)
-    engine, version, family = versions.ELASTICACHE_ENGINES[r.flavor]
+    engine, pinned, family = versions.ELASTICACHE_ENGINES[r.flavor]
     params = aws.elasticache.ParameterGroup(f"{name}-parameters", family=family, parameters=parameters(), opts=child)
     group = aws.elasticache.ReplicationGroup(
         f"{name}-replication-group",
         description="JuiceFS metadata of the AI storage platform",
         engine=engine,
-        engine_version=version,
+        engine_version=e.engine_version or pinned,
         node_type=e.node_type,
         num_cache_clusters=e.replicas + 1,
         automatic_failover_enabled=e.replicas > 0,
         multi_az_enabled=e.replicas > 0,
         transit_encryption_enabled=True,
         at_rest_encryption_enabled=True,
+        kms_key_id=e.kms_key_id,
         auth_token=token.result,
         parameter_group_name=params.name,
         subnet_group_name=subnets.name,

@@ -92,10 +92,10 @@ def prefix_statements(bucket: str, prefix: str, read_only: bool = False) -> list
     ]
 
 
-def prefix_policy(bucket: str, prefix: str, read_only: bool = False) -> str:
-    """The IAM policy document (JSON) of :func:`prefix_statements`: the same for AWS S3 users and roles and for
-    MinIO users."""
-    statements = prefix_statements(bucket, prefix, read_only)
+def prefix_policy(bucket: str, prefix: str, read_only: bool = False, extra: Sequence[dict[str, Any]] = ()) -> str:
+    """The IAM policy document (JSON) of :func:`prefix_statements` (and ``extra`` statements, such as the use of
+    the bucket's KMS key): the same for AWS S3 users and roles and for MinIO users."""
+    statements = [*prefix_statements(bucket, prefix, read_only), *extra]
     return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
 
 

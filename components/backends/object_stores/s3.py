@@ -18,7 +18,7 @@ from pydantic import AfterValidator, Field
 from pydantic_core import PydanticCustomError
 
 from ...common import kube
-from ...sections import Problem, Section, SettingsError
+from ...sections import KmsKeyArn, Problem, Section, SettingsError
 from .bucket import (
     ACCESS_ANNOTATION,
     ACCOUNT_ANNOTATION,
@@ -59,6 +59,11 @@ class S3Settings(Section):
     JuiceFS volume's blocks: every epoch would pay retrieval fees and JuiceFS's compaction early-deletion charges."""
     noncurrent_version_days: int = Field(30, ge=1, le=3650)
     """Days a replaced (noncurrent) object version is kept before it expires."""
+    kms_key_arn: KmsKeyArn | None = None
+    """Customer-managed KMS key of the bucket's default encryption (SSE-KMS, with an S3 bucket key); unset: the
+    AWS-managed key `aws/s3`. Every scope's role or user may use only this key (`kms:Decrypt`, and
+    `kms:GenerateDataKey` when it writes): the key's policy must let the account's IAM grant it. Another key later
+    leaves every object written before unreadable to the scopes (the diff blocks it)."""
     oidc_provider_arn: str | None = Field(None, pattern=r"^arn:aws[a-z-]*:iam::[0-9]{12}:oidc-provider/.+$")
     """EKS OIDC provider ARN; when set, access is through an IAM role for service accounts, not an access key."""
     service_accounts: list[ServiceAccountRef] = []
@@ -129,6 +134,17 @@ def trust_policy(provider_arn: str, service_accounts: Sequence[str]) -> str:
     return json.dumps({"Version": "2012-10-17", "Statement": [statement]})
 
 
+def sse_default(c: S3Settings) -> dict[str, str]:
+    """The bucket's default encryption: SSE-KMS with the stack's key, or the AWS-managed one."""
+    return {"sse_algorithm": "aws:kms", **({"kms_master_key_id": c.kms_key_arn} if c.kms_key_arn else {})}
+
+
+def key_statement(key_arn: str, read_only: bool) -> dict[str, Any]:
+    """What a scope needs of the bucket's customer-managed key: decrypt what it reads, and make data keys to write."""
+    actions = ["kms:Decrypt"] if read_only else ["kms:Decrypt", "kms:GenerateDataKey"]
+    return {"Effect": "Allow", "Action": actions, "Resource": key_arn}
+
+
 def s3_bucket(
     name: str, bucket_name: str, c: S3Settings, protect: bool, expirations: Mapping[str, int], parent: pulumi.Resource
 ) -> Bucket:
@@ -143,7 +159,7 @@ def s3_bucket(
     aws.s3.BucketServerSideEncryptionConfiguration(
         f"{name}-encryption",
         bucket=bucket.id,
-        rules=[{"apply_server_side_encryption_by_default": {"sse_algorithm": "aws:kms"}, "bucket_key_enabled": True}],
+        rules=[{"apply_server_side_encryption_by_default": sse_default(c), "bucket_key_enabled": True}],
         opts=child,
     )
     aws.s3.BucketPublicAccessBlock(
@@ -182,7 +198,8 @@ def s3_scoper(store: str, bucket: Any, c: S3Settings) -> Scoper:
         opts: pulumi.ResourceOptions,
         read_only: bool = False,
     ) -> ScopedAccess:
-        policy = bucket.bucket.apply(lambda b: prefix_policy(b, prefix, read_only))
+        kms = [key_statement(c.kms_key_arn, read_only)] if c.kms_key_arn else []
+        policy = bucket.bucket.apply(lambda b: prefix_policy(b, prefix, read_only, kms))
         accounts = [f"{ns}:{sa}" for ns, sa in service_accounts]
         tags = {PREFIX_ANNOTATION: prefix, ACCOUNT_ANNOTATION: accounts[0].replace(":", "/")}
         tags[ACCESS_ANNOTATION] = access(read_only)
