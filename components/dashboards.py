@@ -121,52 +121,34 @@ def data_path(window: str) -> dict[str, Any]:
     )
 
 
-def metadata_and_objects(window: str) -> dict[str, Any]:
-    """Metadata latency and errors, and object store requests."""
+def metadata_and_objects(window: str, redis: bool = True) -> dict[str, Any]:
+    """Metadata latency and errors, and object store requests; the Redis panels only with ``redis`` (an in-cluster
+    engine with redis_exporter: ElastiCache's figures are in CloudWatch, and its alarms page)."""
     w = window
     p99 = f"histogram_quantile(0.99, sum by (le, mp) (rate(juicefs_meta_ops_durations_histogram_seconds_bucket[{w}])))"
-    return dashboard(
-        "metadata-objects",
-        "AI storage / metadata and object store",
-        [
-            panel("Metadata operation latency (p99, JuiceFS clients)", {"{{mp}}": p99}, "s", 0, 0),
-            panel(
-                "Redis commands and errors",
-                {
-                    "commands {{pod}}": f"rate(redis_commands_processed_total[{w}])",
-                    "errors {{pod}} {{err}}": f"rate(redis_errors_total[{w}])",
-                },
-                "ops",
-                12,
-                0,
-            ),
-            panel(
-                "Redis memory of maxmemory",
-                {"{{pod}}": "redis_memory_used_bytes / redis_memory_max_bytes"},
-                "percentunit",
-                0,
-                8,
-            ),
+    panels = [panel("Metadata operation latency (p99, JuiceFS clients)", {"{{mp}}": p99}, "s", 0, 0)]
+    if redis:
+        commands = {
+            "commands {{pod}}": f"rate(redis_commands_processed_total[{w}])",
+            "errors {{pod}} {{err}}": f"rate(redis_errors_total[{w}])",
+        }
+        memory = {"{{pod}}": "redis_memory_used_bytes / redis_memory_max_bytes"}
+        panels += [
+            panel("Redis commands and errors", commands, "ops", 12, 0),
+            panel("Redis memory of maxmemory", memory, "percentunit", 0, 8),
             panel("Redis replicas connected to the primary", {"{{pod}}": "redis_connected_slaves"}, "short", 12, 8),
-            panel(
-                "Object store requests (JuiceFS clients)",
-                {
-                    "{{method}}": f"sum by (method) (rate({REQUESTS}[{w}]))",
-                    "errors": f"sum (rate(juicefs_object_request_errors[{w}]))",
-                },
-                "reqps",
-                0,
-                16,
-            ),
-            panel(
-                "Object store bytes (JuiceFS clients)",
-                {"{{method}}": f"sum by (method) (rate(juicefs_object_request_data_bytes[{w}]))"},
-                "Bps",
-                12,
-                16,
-            ),
-        ],
-    )
+        ]
+    y = 16 if redis else 8
+    requests = {
+        "{{method}}": f"sum by (method) (rate({REQUESTS}[{w}]))",
+        "errors": f"sum (rate(juicefs_object_request_errors[{w}]))",
+    }
+    data = {"{{method}}": f"sum by (method) (rate(juicefs_object_request_data_bytes[{w}]))"}
+    panels += [
+        panel("Object store requests (JuiceFS clients)", requests, "reqps", 0, y),
+        panel("Object store bytes (JuiceFS clients)", data, "Bps", 12, y),
+    ]
+    return dashboard("metadata-objects", "AI storage / metadata and object store", panels)
 
 
 def training_and_protection(window: str, checkpoint_window: str) -> dict[str, Any]:
@@ -339,9 +321,10 @@ def gpu_fed(window: str) -> dict[str, Any]:
     return board
 
 
-def dashboards(window: str, checkpoint_window: str = "1h") -> dict[str, str]:
+def dashboards(window: str, checkpoint_window: str = "1h", redis: bool = True) -> dict[str, str]:
     """Every dashboard as ``<file name>: <JSON text>`` (the data of its ConfigMap); checkpoint figures over
-    ``checkpoint_window``."""
-    boards = [data_path(window), metadata_and_objects(window), training_and_protection(window, checkpoint_window)]
+    ``checkpoint_window``; Redis panels only with ``redis`` (an in-cluster metadata engine)."""
+    metadata = metadata_and_objects(window, redis)
+    boards = [data_path(window), metadata, training_and_protection(window, checkpoint_window)]
     boards.append(gpu_fed(window))
     return {f"{b['uid']}.json": json.dumps(b, indent=1, sort_keys=True) for b in boards}

@@ -173,7 +173,7 @@ class Monitoring(pulumi.ComponentResource):
                 "namespace": ns.metadata.name,
                 "labels": {**kube.labels("grafana", "dashboards"), **s.dashboard_labels},
             },
-            data=dashboards(s.rules.window, s.rules.checkpoint_window),
+            data=dashboards(s.rules.window, s.rules.checkpoint_window, redis=args.metadata_namespace is not None),
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.rules = rules.metadata["name"]

@@ -103,6 +103,18 @@ def test_dashboards_are_labelled_for_the_grafana_sidecar(build):
     assert "pod" in {v["name"] for v in gpu["templating"]["list"]}
 
 
+@pytest.mark.parametrize(("stack", "redis_panels"), [("prod", 3), ("eks-gpu-prod", 0)])
+def test_the_redis_panels_show_only_where_a_redis_exporter_feeds_them(render_stack, stack, redis_panels):
+    """ElastiCache has no redis_exporter in the cluster: its panels would stay empty (CloudWatch holds its figures)."""
+    result, _ = render_stack(stack)
+    boards = [json.loads(t) for t in by_name(result, "ConfigMap", "ai-storage-dashboards")["data"].values()]
+    (board,) = [b for b in boards if b["title"] == "AI storage / metadata and object store"]
+    titles = [p["title"] for p in board["panels"]]
+    assert sum(t.startswith("Redis") for t in titles) == redis_panels
+    assert "Object store requests (JuiceFS clients)" in titles
+    assert len({(p["gridPos"]["x"], p["gridPos"]["y"]) for p in board["panels"]}) == len(titles)  # none overlap
+
+
 def test_the_dcgm_exporter_keeps_the_pods_labels_and_is_selected_by_the_operator(build):
     result, monitor = build(lambda: Monitoring("mon", EVERYTHING))
     (chart,) = [c for c in result.charts if c["chart"] == "dcgm-exporter"]
