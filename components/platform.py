@@ -12,7 +12,7 @@ from .acceptance import StorageAcceptance, StorageAcceptanceArgs
 from .checkpoints import OFFSITE_PREFIX, OffsiteTarget, offsite_account
 from .fluid import BucketSource, Fluid, FluidArgs
 from .fluid_dataset import DatasetSettings, bucket_prefix
-from .juicefs import CHART_ACCOUNTS, MOUNT_ACCOUNT, JuiceFS, JuiceFSArgs, JuiceFSSource
+from .juicefs import CHART_ACCOUNTS, CLIENT_ENV_SECRET, MOUNT_ACCOUNT, SECRET_NAME, JuiceFS, JuiceFSArgs, JuiceFSSource
 from .local_nvme import LocalNVMe, LocalNVMeArgs
 from .metadata_backup import BACKUP_ACCOUNT, BACKUP_PREFIX
 from .metadata_engine import MetadataEngine, MetadataEngineArgs, previous_engine, previous_flavor
@@ -23,6 +23,7 @@ from .quotas import claim_class_policy
 from .rook_ceph import RookCeph, RookCephArgs
 from .settings import PlatformSettings
 from .storage_tiers import TIERS, StorageTiers, StorageTiersArgs, TierBackend, class_name
+from .team_spaces import space_quota_job, space_quotas
 from .tenants import Teams, TeamsArgs
 from .training import Training, TrainingArgs
 from .volcano import Volcano, VolcanoArgs
@@ -169,6 +170,10 @@ class Platform(pulumi.ComponentResource):
             s.fluid.enabled_datasets(),
             s.cluster.protect_stateful_resources,
         )
+        quotas = space_quotas({t.name: t.space for t in s.teams.workspaces})
+        if juicefs is not None and quotas:
+            secrets = (SECRET_NAME, CLIENT_ENV_SECRET)
+            space_quota_job(f"{name}-team-space-quotas", s.juicefs.namespace, quotas, secrets, juicefs.ready, self)
         return Teams(f"{name}-teams", teams, pulumi.ResourceOptions(parent=self))
 
     def _volume_access(self, s: PlatformSettings) -> ScopedAccess:

@@ -17,7 +17,7 @@ from components.sections import SettingsError
 from components.settings import load_settings
 from components.tenants import Teams, TeamsArgs, TeamsSettings
 from components.volcano import Volcano, VolcanoArgs, VolcanoSettings
-from tests.conftest import Build, by_name, objects
+from tests.conftest import Build, by_name, objects, stack_settings
 
 MINIO_BUCKET = "http://minio.object-store.svc.cluster.local:9000/ai-datasets"
 VOLUME = JuiceFSSource("ai-datasets", "redis://:pw@meta", "minio", MINIO_BUCKET, "ak", "sk")
@@ -295,3 +295,23 @@ def test_a_bad_reader_list_is_refused_naming_artifact_readers(team, got):
         load_settings("dev", {"teams": {"workspaces": [{"name": "nlp", **team}]}})
     (line,) = [line for line in str(caught.value).splitlines() if "artifactReaders" in line]
     assert "teams.workspaces[0].artifactReaders: expected" in line and got in line and "Hint:" in line
+
+
+def test_each_team_space_gets_a_juicefs_quota_of_its_claims_size(render_stack):
+    """The space claim's size alone limits nothing on JuiceFS: a Job sets a directory quota per team (its run on the
+    real client: tests/datapath/test_datapath_team_space.py)."""
+    result, _ = render_stack("dev")
+    job = by_name(result, "Job", "team-space-quotas")
+    assert job["metadata"]["namespace"] == stack_settings("dev").juicefs.namespace
+    script = job["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    assert 'juicefs quota set "$METAURL" --path /teams/vision --create --capacity 5' in script
+    assert 'juicefs quota set "$METAURL" --path /teams/speech --create --capacity 4' in script
+    volumes = {v["name"]: v for v in job["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["volume"]["secret"]["items"] == [{"key": "metaurl", "path": "metaurl"}]  # never the bucket keys
+    bigger, _ = render_stack("dev", teams={"workspaces": [{"name": "vision", "space": "7.5Gi"}]})
+    assert (
+        "--path /teams/vision --create --capacity 8"  # 7.5Gi rounded up
+        in by_name(bigger, "Job", "team-space-quotas")["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    )
+    none, _ = render_stack("prod")  # no team has a space
+    assert not [j for j in objects(none, "Job") if j["metadata"]["name"] == "team-space-quotas"]
