@@ -12,8 +12,10 @@
   (pkg/apis/kubeflow.org/v1/pytorch_defaults.go), the PyTorch env (pytorch/envvar.go, pytorch/master.go) and the
   ``init-pytorch`` init container of every Worker from the operator's template file (pytorch/initcontainer.go),
   TF_CONFIG for TFJobs (tensorflow/tfjob_controller.go).
-- Volcano v1.15.1 (volcano-sh/volcano): ``createJobPod`` (pkg/controllers/job/job_controller_util.go) and the svc
-  and ssh plugins (pkg/controllers/job/plugins/svc/svc.go, ssh/ssh.go).
+- Volcano v1.15.1 (volcano-sh/volcano): the job admission webhook's defaults (``createPatch``,
+  pkg/webhooks/admission/jobs/mutate/mutate_job.go: the webhooks are what the pinned chart installs), then
+  ``createJobPod`` (pkg/controllers/job/job_controller_util.go) and the svc and ssh plugins
+  (pkg/controllers/job/plugins/svc/svc.go, ssh/ssh.go).
 """
 
 from __future__ import annotations
@@ -230,8 +232,36 @@ def v1_pods(job: Mapping[str, Any], init_template: str, init_image: str, max_tri
 # ---------------------------------------------------------------- Volcano v1.15.1
 
 
+MAX_RETRY = 3
+"""``DefaultMaxRetry`` and ``defaultMaxRetry`` of mutate_job.go: the job's and each task's retries when unset."""
+
+
+def admitted_volcano_job(job: Mapping[str, Any]) -> dict[str, Any]:
+    """A Volcano Job as its admission webhook stores it (``createPatch`` in mutate_job.go): the queue and scheduler
+    when unset, ``maxRetry`` 3 for the job and each task, each task's ``minAvailable`` its replicas and the job's their
+    sum when unset, and the svc plugin for the tensorflow, mpi and pytorch plugins (ssh for mpi)."""
+    admitted = copy.deepcopy(dict(job))
+    spec = admitted["spec"]
+    spec["queue"] = spec.get("queue") or "default"
+    spec["schedulerName"] = spec.get("schedulerName") or "volcano"
+    spec["maxRetry"] = spec.get("maxRetry") or MAX_RETRY
+    for index, task in enumerate(spec["tasks"]):
+        task["name"] = task.get("name") or f"default{index}"
+        task.setdefault("minAvailable", task["replicas"])
+        task["maxRetry"] = task.get("maxRetry") or MAX_RETRY
+    spec["minAvailable"] = spec.get("minAvailable") or sum(t["minAvailable"] for t in spec["tasks"])
+    plugins = spec.get("plugins")
+    if plugins is not None:
+        if {"tensorflow", "mpi", "pytorch"} & set(plugins):
+            plugins.setdefault("svc", [])
+        if "mpi" in plugins:
+            plugins.setdefault("ssh", [])
+    return admitted
+
+
 def volcano_pods(job: Mapping[str, Any]) -> list[Pod]:
-    """The pods of a Volcano Job, with what its svc and ssh plugins add."""
+    """The pods of a Volcano Job, as admitted (its webhook's defaults), with what its svc and ssh plugins add."""
+    job = admitted_volcano_job(job)
     name, spec, namespace = job["metadata"]["name"], job["spec"], job["metadata"]["namespace"]
     plugins = spec.get("plugins") or {}
     hosts = hosts_of(job)
@@ -266,7 +296,11 @@ def volcano_pods(job: Mapping[str, Any]) -> list[Pod]:
                 pod_spec.setdefault("hostname", meta["name"])
                 pod_spec.setdefault("subdomain", name)
                 config = f"{name}-svc"
-                env = [{"name": k, "valueFrom": {"configMapKeyRef": {"name": config, "key": k}}} for k in hosts]
+                env = [
+                    {"name": k, "valueFrom": {"configMapKeyRef": {"name": config, "key": k}}}
+                    for k in hosts
+                    if k.startswith("VC_")  # the <task>.host files are read from /etc/volcano, never as env
+                ]
                 pod_spec["volumes"] = [*pod_spec.get("volumes", []), {"name": config, "configMap": {"name": config}}]
                 for container in pod_spec["containers"] + pod_spec.get("initContainers", []):
                     container["env"] = [*container.get("env", []), *env]
@@ -279,7 +313,11 @@ def volcano_pods(job: Mapping[str, Any]) -> list[Pod]:
                     "secret": {
                         "secretName": secret,
                         "defaultMode": 0o600,
-                        "items": [{"key": k, "path": k} for k in ("id_rsa", "id_rsa.pub", "authorized_keys", "config")],
+                        # ssh.go writes the files under .ssh/ of the volume and mounts that directory (subPath)
+                        "items": [
+                            {"key": k, "path": f".ssh/{k}"}
+                            for k in ("id_rsa", "id_rsa.pub", "authorized_keys", "config")
+                        ],
                     },
                 }
                 pod_spec["volumes"] = [*pod_spec.get("volumes", []), volume]
@@ -291,12 +329,15 @@ def volcano_pods(job: Mapping[str, Any]) -> list[Pod]:
 
 
 def hosts_of(job: Mapping[str, Any]) -> dict[str, str]:
-    """The values of the svc plugin's ConfigMap (``GenerateHosts``): ``VC_<TASK>_HOSTS`` and ``VC_<TASK>_NUM``."""
+    """The values of the svc plugin's ConfigMap (``GenerateHosts``): per task, the file ``<task>.host`` (one host a
+    line, mounted as /etc/volcano/<task>.host), ``VC_<TASK>_HOSTS`` and ``VC_<TASK>_NUM``."""
     name, out = job["metadata"]["name"], {}
     for task in job["spec"]["tasks"]:
-        key = task["name"].replace("-", "_").upper()
-        out[f"VC_{key}_HOSTS"] = ",".join(f"{name}-{task['name']}-{i}.{name}" for i in range(task["replicas"]))
-        out[f"VC_{key}_NUM"] = str(task["replicas"])
+        key = task["name"].replace("-", "_")
+        hosts = [f"{name}-{task['name']}-{i}.{name}" for i in range(task["replicas"])]
+        out[f"{key}.host"] = "\n".join(hosts)
+        out[f"VC_{key.upper()}_HOSTS"] = ",".join(hosts)
+        out[f"VC_{key.upper()}_NUM"] = str(task["replicas"])
     return out
 
 

@@ -145,3 +145,28 @@ def test_prometheus_reaches_a_volcano_jobs_metrics_under_the_svc_plugins_network
         assert allowed(policies, network_view(pods[0]), target, 29500)  # the job's pods still meet
     without_ours = [plugin]
     assert not allowed(without_ours, prometheus, network_view(pods[0]), METRICS_PORT)  # why the platform adds one
+
+
+def test_a_volcano_job_as_its_webhook_admits_it_and_its_plugins_build_its_pods(as_installed):
+    """The model's details as Volcano v1.15.1 writes them: the job webhook's defaults (mutate_job.go: maxRetry 3,
+    each task's minAvailable its replicas, the job's their sum), the svc ConfigMap's `<task>.host` files beside the
+    VC_* variables (svc.go ``GenerateHosts``; only the VC_* keys become env), the ssh key files under `.ssh/` of the
+    Secret volume mounted by subPath (ssh.go ``mountRsaKey``)."""
+    job = the_job(team("dev-volcano-tasks"))
+    admitted = operators.admitted_volcano_job(job)["spec"]
+    assert admitted["maxRetry"] == 3 and [t["maxRetry"] for t in admitted["tasks"]] == [3, 3]
+    assert [t["minAvailable"] for t in admitted["tasks"]] == [t["replicas"] for t in job["spec"]["tasks"]]
+    assert admitted["minAvailable"] == job["spec"]["minAvailable"] == 3  # the builder's own gang size agrees
+    hosts = operators.hosts_of(job)
+    assert hosts["worker.host"] == "conformer-ps-worker-0.conformer-ps\nconformer-ps-worker-1.conformer-ps"
+    assert hosts["VC_WORKER_HOSTS"] == "conformer-ps-worker-0.conformer-ps,conformer-ps-worker-1.conformer-ps"
+    pod = operators.volcano_pods(job)[0]
+    env = {e["name"] for c in pod["spec"]["containers"] for e in c.get("env", [])}
+    assert "VC_MASTER_HOSTS" in env and not any(name.endswith(".host") for name in env)
+    (ssh,) = [v for v in pod["spec"]["volumes"] if v["name"] == "conformer-ps-ssh"]
+    assert {i["path"] for i in ssh["secret"]["items"]} == {".ssh/id_rsa", ".ssh/id_rsa.pub", ".ssh/authorized_keys",
+                                                          ".ssh/config"}  # fmt: skip
+    mounts = [m for c in pod["spec"]["containers"] for m in c["volumeMounts"] if m["name"] == "conformer-ps-ssh"]
+    assert mounts and all(
+        m == {"name": "conformer-ps-ssh", "mountPath": "/root/.ssh", "subPath": ".ssh"} for m in mounts
+    )
