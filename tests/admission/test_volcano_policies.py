@@ -1,6 +1,8 @@
-"""Volcano's own ValidatingAdmissionPolicies (``../shared/upstream/volcano/policy``) evaluated on every object they
-match: the platform stacks' Queues, the team stacks' Volcano Jobs and every pod an operator builds for the Volcano
-scheduler; and a case that breaks each kind of rule, refused with the policy's message."""
+"""Volcano's admission as the pinned chart installs it (its webhooks): the rules its ValidatingAdmissionPolicies
+port to CEL with the webhook's own messages (``../shared/upstream/volcano/policy``), evaluated on every object they
+match (the platform stacks' Queues, the team stacks' Volcano Jobs, every pod an operator builds for the Volcano
+scheduler), and what only the webhook checks (``volcano_webhook``: the queue, the plugins, the pod names); a case
+that breaks each kind of rule, refused with its message."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pytest
 
 from tests.admission import cel
 from tests.admission.stacks import TEAM_STACKS, everything, platform, pods_of, team, the_job
+from tests.admission.volcano_webhook import webhook_refusals
 from tests.conformance.upstream import volcano_validating_policies
 from tests.conftest import STACKS, objects
 
@@ -104,3 +107,39 @@ def test_a_volcano_pod_with_both_disruption_budget_annotations_is_refused(as_ins
     assert refusals == ["pod-validation-policy: not allow configure multiple annotations at same time"]
     pod["spec"]["schedulerName"] = "default-scheduler"  # the policy judges only Volcano's pods
     assert cel.policy_refusals(volcano(), pod)[1] == []
+
+
+VOLCANO_STACKS = [s for s in TEAM_STACKS if s.startswith("dev-volcano")]
+
+
+@pytest.mark.parametrize("stack", VOLCANO_STACKS)
+def test_the_webhook_admits_every_volcano_job_of_the_example_into_its_teams_open_queue(as_installed, stack):
+    job = the_job(team(stack))
+    assert job["apiVersion"].startswith("batch.volcano.sh/")
+    assert webhook_refusals(job, objects(platform("dev"), "Queue")) == []
+
+
+@pytest.mark.parametrize(
+    ("breaks", "message"),
+    [
+        (lambda j: j["spec"].update(queue="nobody"), "unable to find job queue: nobody"),
+        (lambda j: j["spec"]["plugins"].update(gang=[]), "unable to find job plugin: gang"),
+        (lambda j: j["metadata"].update(name="j" * 60), "validate failed"),
+        (lambda j: j["spec"]["plugins"].update(mpi=["--master=launcher"]), "mpi master task was not found"),
+    ],
+)
+def test_what_only_the_webhook_checks_refuses_with_its_message(as_installed, breaks, message):
+    job = volcano_job()
+    breaks(job)
+    refusals = webhook_refusals(job, objects(platform("dev"), "Queue"))
+    assert any(message in r for r in refusals), refusals
+
+
+def test_a_closed_queue_takes_no_job(as_installed):
+    job = volcano_job()
+    queues = copy.deepcopy(objects(platform("dev"), "Queue"))
+    for q in queues:
+        q["status"] = {"state": "Closed"}
+    assert webhook_refusals(job, queues) == [
+        f"can only submit job to queue with state `Open`, queue `{job['spec']['queue']}`"
+    ]
