@@ -15,12 +15,11 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from .common import kube, versions
+from .metadata_backup import CLIENT_ENV_DIR, SECRETS_DIR
 from .sections import Resources
 from .tenants import TEAMS_DIR
 
 JOB_RESOURCES = Resources(cpu_request="50m", cpu_limit="500m", memory_request="64Mi", memory_limit="256Mi")
-SECRETS_DIR = "/run/secrets/juicefs"
-CLIENT_ENV_DIR = "/run/secrets/juicefs-env"
 
 
 def space_quotas(spaces: Mapping[str, str | None]) -> dict[str, int]:
