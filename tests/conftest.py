@@ -40,13 +40,7 @@ def stack_file(tmp: Path, stack: str, overrides: dict[str, Any], root: Path = re
 def stack_settings(stack: str, overrides: dict[str, Any] | None = None) -> Any:
     """The settings of a stack as its program loads them: ``Pulumi.<stack>.yaml`` over its profile (S3's region
     from ``aws:region``), ``overrides`` on top."""
-    from components.backends.object_stores.s3 import with_provider_region
-    from components.sections import merge
-    from components.settings import PROJECT, decode, load_settings
-
-    config, _ = render.stack_file_config(render.ROOT / f"Pulumi.{stack}.yaml")
-    ours = {k.removeprefix(f"{PROJECT}:"): decode(v) for k, v in config.items() if k.startswith(f"{PROJECT}:")}
-    return load_settings(stack, merge(with_provider_region(ours, config.get("aws:region")), overrides or {}))
+    return render.stack_settings(render.ROOT / f"Pulumi.{stack}.yaml", stack, overrides)
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from ..backends.object_stores.s3 import with_provider_region
-from ..sections import Problem, SettingsError
+from ..sections import Problem, SettingsError, merge
 from ..settings import PROJECT, PlatformSettings, decode, load_settings
 from .mock_engine import SECRET, RecordingMonitor, Registration, run_program
 
@@ -61,11 +61,12 @@ def stack_file_config(path: Path, project: str = PROJECT) -> tuple[dict[str, str
     return config, secret_keys
 
 
-def stack_settings(path: Path, stack: str) -> PlatformSettings:
-    """The settings a stack file resolves to (its profile and the code defaults included), as the program reads them."""
+def stack_settings(path: Path, stack: str, overrides: Mapping[str, Any] | None = None) -> PlatformSettings:
+    """The settings a stack file resolves to (its profile and the code defaults included), as the program reads them;
+    ``overrides`` (section -> value) merged on top."""
     config, _ = stack_file_config(path)
     ours = {k.removeprefix(f"{PROJECT}:"): decode(v) for k, v in config.items() if k.startswith(f"{PROJECT}:")}
-    return load_settings(stack, with_provider_region(ours, config.get("aws:region")))
+    return load_settings(stack, merge(with_provider_region(ours, config.get("aws:region")), overrides or {}))
 
 
 def _has_secure(value: Any) -> bool:
