@@ -229,6 +229,7 @@ class StepTimer:
         record = {"step": self.step, "step_seconds": self.totals["step"] / self.totals["steps"], "time": time.time()}
         temporary = self.progress_path.with_name(f"{PROGRESS_FILE}.{os.getpid()}.tmp")
         try:
+            temporary.parent.mkdir(parents=True, exist_ok=True)  # the first save makes it, maybe after this
             temporary.write_text(json.dumps(record))
             os.replace(temporary, self.progress_path)
         except OSError as e:  # the figures are worth less than the training: say it and go on

@@ -49,7 +49,7 @@ _DOMAIN_PREFIXED_PATH = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([
 def _container(job: JobSettings, group: TaskSettings, name: str) -> dict[str, Any]:
     """A trainer container: the job's image, the group's (or the job's) command, args and resources, and the
     training metrics' port."""
-    ports, env = training.metrics_port()
+    ports, env = training.trainer_port_and_env()
     container: dict[str, Any] = {"name": name, "image": job.image, "ports": ports, "env": env}
     if group.command or job.command:
         container["command"] = group.command or job.command

@@ -171,10 +171,14 @@ def claim_volumes(dataset_claim: str, checkpoint_claim: str) -> tuple[list[dict[
     return mounts, volumes
 
 
-def metrics_port() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """A training container's metrics port (named for the PodMonitor) and the variable the library reads it from."""
+def trainer_port_and_env() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A training container's metrics port (named for the PodMonitor) and its environment: the variable the library
+    reads the port from, and a fresh torchrun rendezvous store per attempt (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE``:
+    with the store shared, a restart under ``--max-restarts`` reads the previous attempt's addresses and fails,
+    pytorch/pytorch#135712; the training library refuses such a launch)."""
     ports = [{"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"}]
-    return ports, [{"name": "AI_STORAGE_METRICS_PORT", "value": str(METRICS_PORT)}]
+    env = [{"name": "AI_STORAGE_METRICS_PORT", "value": str(METRICS_PORT)}]
+    return ports, [*env, {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"}]
 
 
 def metrics_dir() -> dict[str, list[dict[str, Any]]]:
@@ -198,7 +202,7 @@ def runtime_spec(
     queue = {QUEUE_ANNOTATION: runtime.queue}
     tier = {DATA_TIER_LABEL: "hot" if runtime.staging.enabled else runtime.data_tier}  # staged: read on hot
     mounts, volumes = claim_volumes(runtime.dataset_claim, checkpoint_claim)
-    ports, env = metrics_port()
+    ports, env = trainer_port_and_env()
     for extra in (metrics_dir(), checkpoints.landing(runtime.checkpoint_landing, f"{tier_prefix}hot", CHECKPOINT_PATH)):
         mounts, volumes, env = mounts + extra["volumeMounts"], volumes + extra["volumes"], env + extra["env"]
     container = {"name": NODE, "image": runtime.image, "ports": ports, "env": env, "volumeMounts": mounts}

@@ -32,19 +32,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import metrics as exported
-from . import layout
+from . import claim, layout
 from .commit import read_marker
 from .lag import LAG, CheckpointLag
 from .records import checked_metrics
+from .save_errors import CheckpointSaveError, cause
 
 if TYPE_CHECKING:
     from .staging import Slot
 
 log = logging.getLogger(__name__)
-
-
-class CheckpointSaveError(RuntimeError):
-    """A checkpoint save that ran in the background failed (the cause is chained)."""
 
 
 def _write_files(copies: dict[str, bytes]) -> Callable[[Path], None]:
@@ -97,8 +94,8 @@ class AsyncCheckpointer:
         self._slots: list[Slot] = []  # save_dcp's stagers and groups, one per save that may be in flight
         self._dcp_calls = 0
         self._staging: list[tuple[Future, float]] = []  # overlapped staging copies: (done when staged, blocked so far)
-        self._guarded = False
-        self._closed = False
+        self._guarded = self._closed = False
+        self._claimed = claim.take(manager)  # last: a refused job leaves nothing running
 
     def save(self, step: int, buffers: Mapping[str, Any], *, metrics: Mapping[str, float] | None = None) -> Future:
         """Copy ``buffers`` to host memory and save them as checkpoint ``step`` in the background, ``metrics``
@@ -146,9 +143,7 @@ class AsyncCheckpointer:
             async_save_kwargs["process_group"] = slot.group_for(async_save_kwargs.get("process_group"))
         stager = async_save_kwargs.pop("async_stager", None)
         if stager is None:
-            if slot.stager is None:
-                slot.stager = make_stager(self.overlap)
-            stager = slot.stager
+            slot.stager = stager = slot.stager or make_stager(self.overlap)
         if self.overlap:
             sync_device()  # the staging copy runs on a stream of its own: the job's queued kernels finish first
         response = async_save(state_dict, storage_writer=writer, async_stager=stager, **async_save_kwargs)
@@ -228,6 +223,8 @@ class AsyncCheckpointer:
             self._pool.shutdown(wait=True)
             for slot in self._slots:
                 slot.close()
+            if self._claimed:
+                claim.release(self.manager)
 
     def __enter__(self) -> AsyncCheckpointer:
         return self
@@ -335,16 +332,7 @@ class AsyncCheckpointer:
             self._tracked = keep
         if first is not None:
             step, error = first
-            raise CheckpointSaveError(f"{cause(error)} (checkpoint step {step}, saved in the background)") from error
-
-
-def cause(error: BaseException) -> str:
-    """``Type: message`` of what made a save fail: the first failed rank's own exception for DCP's
-    ``CheckpointException`` (whose text begins with the ranks and tracebacks), else ``error`` itself."""
-    failures = getattr(error, "failures", None)
-    if isinstance(failures, dict) and failures:
-        rank, failure = min(failures.items(), key=lambda item: item[0])
-        inner = failure[0] if isinstance(failure, tuple) else failure
-        if isinstance(inner, BaseException):
-            return f"{type(inner).__name__}: {inner} (rank {rank})"
-    return f"{type(error).__name__}: {error}"
+            log.debug("checkpoint step %d failed in the background", step, exc_info=error)
+            raise CheckpointSaveError(
+                f"{cause(error)} (checkpoint step {step}, saved in the background)", error
+            ) from None

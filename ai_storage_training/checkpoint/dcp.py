@@ -95,6 +95,8 @@ class _SummingFileSystem(FileSystem):
     def __init__(self) -> None:
         self.records: dict[str, FileRecord] = {}
         self.items: Items = {}
+        self.errors: list[Exception] = []
+        """Each failed file's error: kept for the writer to raise on its own thread (see :meth:`create_stream`)."""
         self._mutex = threading.Lock()  # DCP writes files from several threads (thread_count)
 
     @contextlib.contextmanager
@@ -103,15 +105,31 @@ class _SummingFileSystem(FileSystem):
             with super().create_stream(path, mode) as stream:
                 yield stream
             return
-        stream = _ItemSummedStream(open(path, "wb"))  # noqa: SIM115 (closed below or by DCP)
+        failed: Exception | None = None
+        try:  # a failure is kept, not raised: DCP's other writer threads would print it and drop the file's items
+            stream = _ItemSummedStream(open(path, "wb"))  # noqa: SIM115 (closed below or by DCP)
+        except OSError as error:
+            stream, failed = _ItemSummedStream(io.BytesIO()), error  # written to nowhere; the writer raises it
         try:
-            yield stream
-        finally:
-            stream.close()
+            try:
+                yield stream
+            finally:
+                stream.close()
+        except Exception as error:
+            failed = error
+        if failed is not None:
+            with self._mutex:
+                self.errors.append(failed)
+            return
         stream.tell()  # the last item
         with self._mutex:
             self.records[Path(path).name] = FileRecord(stream.size, stream.crc32c)
             self.items[Path(path).name] = stream.items
+
+    def raise_first(self) -> None:
+        """Raise the first write failure :meth:`create_stream` kept."""
+        if self.errors:
+            raise self.errors[0]
 
     def written_items(self, results: list[WriteResult]) -> Items:
         """The checksums of the items in ``results``, for each file whose every item begins and ends where DCP
@@ -176,6 +194,7 @@ class ManagedWriter(FileSystemWriter):
             with contextlib.suppress(FileNotFoundError):
                 (staging / layout.rank_manifest(manager.rank)).unlink()  # this rank's, from before
             future = super().write_data(plan, planner)  # DCP's threads are done when it returns
+            self._check_written(plan, future.value())
             files = {n: FileRecord(r.size, r.crc32c, manager.rank) for n, r in self.summing.records.items()}
             items_file = staging / layout.item_checksums(manager.rank)
             write_json_atomically(items_file, items_document(self.summing.written_items(future.value())))
@@ -192,10 +211,18 @@ class ManagedWriter(FileSystemWriter):
             self._release()
         return future
 
+    def _check_written(self, plan: SavePlan, results: list[WriteResult]) -> None:
+        """Raise the first file's write failure; refuse a result that lacks a planned item (it would commit a step
+        without it)."""
+        self.summing.raise_first()
+        if missing := {item.index for item in plan.items} - {result.index for result in results}:
+            raise RuntimeError(f"{len(missing)} planned item(s) not written, e.g. {min(missing, key=str)}")
+
     def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
         manager, staging = self.manager, Path(self.path)
         try:
             super().finish(metadata, results)  # .metadata: temporary name, fsynced, renamed
+            self.summing.raise_first()
             fsync_dir(staging)
             self._release()
             files = ranks.wait_for_manifests(

@@ -7,6 +7,7 @@ Under a checkpoint directory::
                                   ``.rank-00001.json`` (a multi-rank ``save()`` writes into ``rank-00001/``)
     .step-00000020.lock           the step's lock file while a process saves, reads or deletes it
     .resume-<run id>.json         the step the coordinator chose to resume from (file-based protocol)
+    .job.lock                     the claim of the job writing here (``claim.py``): its host, pid, run id
     .refused/step-00000030.<time> a checkpoint a restore refused (failed validation), kept for inspection
     .retired/step-00000040.<time> a checkpoint a rollback abandoned (the newest ``keep`` are kept)
     step-00000010/                a promoted checkpoint: the job's files, then ``COMPLETE`` written last
@@ -35,6 +36,8 @@ STEP_DIGITS = 8
 STEP_GLOB = f"{STEP_PREFIX}*"
 """Shell glob of promoted checkpoint directories (hidden staging and lock files never match it)."""
 
+JOB_LOCK = ".job.lock"
+"""The file whose ``flock`` is the writing job's claim on the directory."""
 ITEMS_SUFFIX = ".items.json"
 """Files (``__<rank>.items.json``) listing the size and CRC32C of each byte range (item) of other files."""
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import metrics
+from . import claim
 from .commit import CheckpointInvalidError
 from .lag import LAG, CheckpointLag
 from .manager import CheckpointManager
@@ -66,6 +67,7 @@ class Promoter:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._claimed = False
 
     def promote(self) -> list[int]:
         """One pass: promote every committed local step newer than the newest durable one, oldest first (stop at
@@ -135,8 +137,10 @@ class Promoter:
         self._wake.set()
 
     def start(self) -> Promoter:
-        """Run passes in a daemon thread until :meth:`close`."""
+        """Claim the durable directory for this job (``claim.take``) and run passes in a daemon thread until
+        :meth:`close`."""
         if self._thread is None:
+            self._claimed = claim.take(self.durable)
             self._thread = threading.Thread(target=self._run, name="checkpoint-promoter", daemon=True)
             self._thread.start()
         return self
@@ -156,6 +160,8 @@ class Promoter:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+            if self._claimed:
+                claim.release(self.durable)
         if flush:
             self.promote()
             latest, newest = self._view.latest(), self._verified

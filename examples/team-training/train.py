@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,8 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from ai_storage_training import metrics
 from ai_storage_training.checkpoint import lag, promotion
-from ai_storage_training.checkpoint.async_save import AsyncCheckpointer
+from ai_storage_training.checkpoint.async_save import AsyncCheckpointer, CheckpointSaveError
+from ai_storage_training.checkpoint.claim import DirectoryInUseError, LauncherError
 from ai_storage_training.checkpoint.commit import read_marker
 from ai_storage_training.checkpoint.dcp import restore
 from ai_storage_training.data.datasets import ShardDataset
@@ -256,6 +258,8 @@ def main() -> None:
     saves = dist.new_group(backend="gloo") if world > 1 else None  # async saves talk beside the training
     position = DataPosition(loader, group=saves)  # gathered over gloo: the default group may be NCCL
     seen = Trained(args.record_keys / f"rank-{rank}.txt" if args.record_keys else None)
+    # Claims the checkpoint directory (rank 0) before anything else: a second job on it is refused here, naming it.
+    checkpointer = AsyncCheckpointer(landing, max_in_flight=args.max_in_flight, durable=promoter is None)
     step = resume(landing, durable, model, optimizer, rank, position, seen)
     if step:
         print(f"rank {rank}: resumed at step {step}, epoch {position.epoch}, samples {seen.samples}", flush=True)
@@ -263,7 +267,6 @@ def main() -> None:
         lag.LAG.durable(newest.step)  # the lag gauges count from the restore point the job already has
     trained = DistributedDataParallel(model, device_ids=[device] if cuda else None) if world > 1 else model
 
-    checkpointer = AsyncCheckpointer(landing, max_in_flight=args.max_in_flight, durable=promoter is None)
     if promoter is not None and rank == 0:
         checkpointer.on_saved.append(promoter.wake)
         promoter.start()
@@ -287,4 +290,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (CheckpointSaveError, DirectoryInUseError, LauncherError) as error:  # the library's line says it all
+        sys.exit(f"rank {os.environ.get('RANK', '0')}: {error}")

@@ -4,6 +4,7 @@ forkserver that preloaded torch), saving with ``dcp.async_save`` into the manage
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from torch.distributed.checkpoint.api import CheckpointException  # noqa: E402
 
 from ai_storage_training import CheckpointInvalidError, CheckpointManager  # noqa: E402
 from ai_storage_training.checkpoint import commit, layout  # noqa: E402
+from ai_storage_training.checkpoint import dcp as dcp_writer  # noqa: E402
 from ai_storage_training.checkpoint.commit import read_marker  # noqa: E402
 from ai_storage_training.checkpoint.dcp import (  # noqa: E402
     ManagedWriter,
@@ -170,3 +172,44 @@ def test_no_checkpoint_is_said_once_naming_the_directory_and_can_be_required(tmp
     with pytest.raises(FileNotFoundError, match=rf"{empty} exists but holds no committed checkpoint"):
         open_reader(CheckpointManager(empty))
     assert not missing.exists()  # nothing created by looking
+
+
+def failing_file(monkeypatch, *names: str) -> None:
+    """Writing any of ``names`` fails with ENOSPC, in whichever of DCP's writer threads writes it."""
+    real = dcp_writer._ItemSummedStream.write
+
+    def write(self, data):
+        if Path(self.raw.name).name in names:
+            raise OSError(28, "No space left on device")
+        return real(self, data)
+
+    monkeypatch.setattr(dcp_writer._ItemSummedStream, "write", write)
+
+
+def four_tensors() -> dict[str, torch.Tensor]:
+    return {name: torch.full((64,), float(i)) for i, name in enumerate("abcd")}
+
+
+def test_a_writer_thread_that_fails_fails_the_save_with_its_cause_and_prints_no_trace(tmp_path, monkeypatch, capfd):
+    failing_file(monkeypatch, "__0_0.distcp", "__0_1.distcp")  # both: one is written by DCP's own writer thread
+    unhandled: list[object] = []  # what would print "Exception in thread ..." and a trace
+    monkeypatch.setattr(threading, "excepthook", unhandled.append)
+    manager = CheckpointManager(tmp_path, keep=None)
+    with pytest.raises(CheckpointException, match=r"No space left on device"):
+        dcp.save(
+            {name: torch.full((64,), float(i)) for i, name in enumerate("abcd")},
+            storage_writer=ManagedWriter(manager, 1, thread_count=2),
+        )
+    assert manager.checkpoints() == [] and unhandled == [] and "Traceback" not in capfd.readouterr().err
+
+
+def test_a_write_that_lost_items_is_never_committed(tmp_path, monkeypatch):
+    failing_file(monkeypatch, "__0_1.distcp")
+    monkeypatch.setattr(dcp_writer._SummingFileSystem, "raise_first", lambda self: None)  # the failure unseen
+    manager = CheckpointManager(tmp_path, keep=None)
+    with pytest.raises(CheckpointException, match=r"planned item\(s\) not written"):
+        dcp.save(
+            {name: torch.full((64,), float(i)) for i, name in enumerate("abcd")},
+            storage_writer=ManagedWriter(manager, 1, thread_count=2),
+        )
+    assert manager.checkpoints() == []

@@ -112,13 +112,17 @@ def raw_samples(directory: Path, count: int) -> Path:
     return directory
 
 
-@pytest.fixture
-def data(tmp_path):
+def packed(tmp_path: Path) -> Path:
     """A packed dataset version: SHARDS WebDataset shards of SAMPLES // SHARDS samples (each sample a tar member of
     one 512-byte header and one data block), published with its manifest."""
     manifest = pack(raw_samples(tmp_path / "raw", SAMPLES), tmp_path / "datasets", "toy", "v1", shard_bytes=8 * 1024)
     assert [s.samples for s in manifest.shards] == [SAMPLES // SHARDS] * SHARDS
     return tmp_path / "datasets" / "toy" / "v1"
+
+
+@pytest.fixture
+def data(tmp_path):
+    return packed(tmp_path)
 
 
 def test_the_job_saves_and_resumes_bit_for_bit_where_it_stopped(tmp_path, data):

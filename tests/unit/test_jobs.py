@@ -46,6 +46,7 @@ def test_a_volcano_job_labels_its_pods_for_the_training_metrics_and_declares_the
     (worker,) = pod["spec"]["containers"]
     assert worker["ports"] == [{"name": "train-metrics", "containerPort": 9095, "protocol": "TCP"}]
     assert {"name": "AI_STORAGE_METRICS_PORT", "value": "9095"} in worker["env"]
+    assert {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"} in worker["env"]  # torchrun restarts reconnect
     # A TrainJob's pods get both from the platform's runtime (test_training); its patch adds only the data tier.
     spec = train_job_spec(JobSettings(), WHERE)
     (replicated,) = spec["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]

@@ -110,6 +110,7 @@ def test_runtime_pods_are_labelled_and_declare_the_port_the_training_metrics_pod
     (node,) = pod["spec"]["containers"]
     assert node["ports"] == [{"name": "train-metrics", "containerPort": 9095, "protocol": "TCP"}]
     assert {"name": "AI_STORAGE_METRICS_PORT", "value": "9095"} in node["env"]
+    assert {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"} in node["env"]  # torchrun restarts reconnect
 
 
 def multiproc_dir(pod_spec: dict, container: dict) -> dict:
