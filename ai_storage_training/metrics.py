@@ -69,6 +69,7 @@ RESTORE_TEST_TIMESTAMP = Gauge(
 PREFETCH_HITS = Counter("ai_storage_prefetch_hits_total", "Reads whose prefetched data was ready when asked.")
 PREFETCH_MISSES = Counter("ai_storage_prefetch_misses_total", "Reads the job had to wait for.")
 READ_BYTES = Counter("ai_storage_read_bytes_total", "Bytes the prefetching reader returned to the job.")
+SHARD_READS = Counter("ai_storage_read_shards_total", "Reads of whole packed shards (ShardDataset): a packed dataset.")
 READ_SECONDS = Histogram("ai_storage_read_seconds", "Per-file read latency as the job sees it.", buckets=READ_BUCKETS)
 TRANSFORM_SECONDS = Counter(
     "ai_storage_loader_transform_seconds_total",
@@ -89,7 +90,7 @@ LOST_PROGRESS_SECONDS = Counter(
 )
 GOODPUT = Gauge(
     "ai_storage_storage_goodput_ratio",
-    "Fraction of this run's time not lost to storage (data wait, checkpoint blocking, restore, lost progress).",
+    "Fraction of this run's time not lost to storage (data wait on reads, checkpoint blocking, restore, lost work).",
     multiprocess_mode=LATEST,
 )
 GPU_UTILIZATION = Gauge(

@@ -15,10 +15,12 @@ The data loader's own time is split into waiting for storage reads (``ShardDatas
 ``read_file``) and decoding/transforming (``ShardDataset``'s ``transform``, ``timed``): a CPU-bound loader is
 told from a storage-bound one. DataLoader workers report through ``$PROMETHEUS_MULTIPROC_DIR`` (``metrics.py``).
 
-Storage goodput is the fraction of the run's time not lost to storage: data wait, checkpoint blocking, checkpoint
-restore, and the progress lost at a restart. The last is the steps the previous run went past the checkpoint
-this one resumes from, times their step time: the timer records the step reached and the mean step time in
-``<checkpoint dir>/.steps.json`` (rank 0, at most every ``record_every`` seconds) and reads it back at the start.
+Storage goodput is the fraction of the run's time not lost to storage: the data wait's storage part (the loader's
+read share of its time; the rest, decoding and transforms, is the CPU's and is reported beside it), checkpoint
+blocking, checkpoint restore, and the progress lost at a restart. The last is the steps the previous run went past
+the checkpoint this one resumes from, times their step time: the timer records the step reached and the mean step
+time in ``<checkpoint dir>/.steps.json`` (rank 0, at most every ``record_every`` seconds) and reads it back at the
+start.
 
 Everything is exported as training metrics, and every ``log_every`` steps a line goes to the log.
 """
@@ -78,11 +80,20 @@ def loader_totals() -> tuple[float, float]:
     return found[LOADER_FIGURES[0]], found[LOADER_FIGURES[1]]
 
 
-def storage_goodput(step: float, wait: float, checkpoint: float, restore: float, lost: float) -> float:
+def read_share(read: float, transform: float) -> float:
+    """The share of the data loader's time spent waiting for storage reads (the rest is CPU: decoding, transforms);
+    1 when its split is unknown (no loader figures: the whole data wait is taken for storage's)."""
+    return read / (read + transform) if read + transform > 0 else 1.0
+
+
+def storage_goodput(
+    step: float, wait: float, checkpoint: float, restore: float, lost: float, reads: float = 1.0
+) -> float:
     """The fraction of a run's time not lost to storage: its steps (``step`` seconds, of which ``wait`` waiting
-    for data and ``checkpoint`` blocked in saves), its ``restore`` and the ``lost`` progress of a restart."""
+    for data, storage's part of it ``reads`` (:func:`read_share`), and ``checkpoint`` blocked in saves), its
+    ``restore`` and the ``lost`` progress of a restart. A loader waiting on its CPU is not storage's loss."""
     wall = step + restore + lost
-    return 1.0 - (wait + checkpoint + restore + lost) / wall if wall > 0 else 1.0
+    return 1.0 - (wait * reads + checkpoint + restore + lost) / wall if wall > 0 else 1.0
 
 
 def read_progress(directory: str | os.PathLike[str]) -> tuple[int, float, float] | None:
@@ -130,6 +141,7 @@ class StepTimer:
         self._gpu_samples: list[float] = []
         self._recorded = 0.0
         self._window: dict[str, float] = {}
+        self._loader_start = (0.0, 0.0)  # the loader's (read, transform) seconds when this timer's run began
 
     def iterate(self, batches: Iterable[T]) -> Iterator[T]:
         """Yield the batches of ``batches``, timing each step (call it again for each epoch: the same timer
@@ -145,6 +157,7 @@ class StepTimer:
                 )
             self._count_lost_progress()
             self._window = self._snapshot()
+            self._loader_start = (self._window["read"], self._window["transform"])
         source = iter(batches)
         blocked = metrics.process_total("blocked")
         asked = time.perf_counter()
@@ -188,9 +201,10 @@ class StepTimer:
 
     def goodput(self) -> float:
         """Fraction of this run's time (its steps, its restore, the progress a restart lost) not lost to storage."""
-        t = self.totals
+        (read, transform), (read_0, transform_0) = loader_totals(), self._loader_start
+        t, reads = self.totals, read_share(read - read_0, transform - transform_0)
         return storage_goodput(
-            t["step"], t["wait"], t["checkpoint"], metrics.process_total("restore"), self.lost_seconds
+            t["step"], t["wait"], t["checkpoint"], metrics.process_total("restore"), self.lost_seconds, reads
         )
 
     def _snapshot(self) -> dict[str, float]:
@@ -212,10 +226,12 @@ class StepTimer:
         gpu = f"{100 * sum(self._gpu_samples) / len(self._gpu_samples):.0f} %" if self._gpu_samples else "n/a"
         self._gpu_samples = []
         compute = max(0.0, 1.0 - (d["wait"] + d["checkpoint"]) / step)
+        on_cpu = d["wait"] * (1 - read_share(d["read"], d["transform"])) / step
         return (
             f"step {self.step}: {step / max(d['steps'], 1):.3f} s/step over {int(d['steps'])} | data wait "
             f"{100 * d['wait'] / step:.0f} %{split} | checkpoint {100 * d['checkpoint'] / step:.0f} % | compute "
-            f"{100 * compute:.0f} % | GPU busy {gpu} | storage goodput {100 * self.goodput():.0f} %"
+            f"{100 * compute:.0f} % | GPU busy {gpu} | storage goodput {100 * self.goodput():.0f} % (data wait on "
+            f"CPU {100 * on_cpu:.0f} %)"
         )
 
     def _record(self, force: bool = False) -> None:

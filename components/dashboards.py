@@ -293,11 +293,12 @@ def gpu_fed(window: str) -> dict[str, Any]:
             {**row("$pod", 0), "repeat": "pod"},
             stacked,
             panel(
-                "GPU busy, loader transform share, storage goodput",
+                "GPU busy, loader transform share, storage goodput, data wait on CPU",
                 {
                     "GPU busy": f"ai_storage:gpu_utilization:ratio{sel}",
                     "loader transforming": f"ai_storage:loader_transform:ratio{sel}",
                     "storage goodput": f"ai_storage:storage_goodput:ratio{sel}",
+                    "data wait on CPU": f"ai_storage:data_wait_on_cpu:ratio{sel}",
                 },
                 "percentunit",
                 12,

@@ -48,10 +48,21 @@ def training_recording_rules(window: str, checkpoint_window: str) -> list[dict[s
     ]
 
 
+CHECKPOINT_BLOCKED, RESTORED = "ai_storage_step_checkpoint_seconds_total", "ai_storage_checkpoint_restore_seconds_sum"
+LOST_PROGRESS = "ai_storage_lost_progress_seconds_total"
+
+
+def _read_share(window: str) -> str:
+    """The share of a pod's loader time spent on storage reads (absent without the loader's split, or its time)."""
+    read = f"rate(ai_storage_read_seconds_sum[{window}])"
+    return f"{read} / ({read} + rate(ai_storage_loader_transform_seconds_total[{window}]) > 0)"
+
+
 def step_recording_rules(window: str, checkpoint_window: str) -> list[dict[str, Any]]:
     """Per training pod: where its steps' time goes (the step timer, ``ai_storage_training.steps``), the share of
     its loader's time spent transforming, its GPUs' utilisation (DCGM's, joined on the pod; else the library's own
-    NVML gauge) and its storage goodput over ``checkpoint_window``."""
+    NVML gauge), its storage goodput over ``checkpoint_window`` (the data wait counted at the loader's read share:
+    a loader waiting on its CPU is not storage's loss) and, beside it, the share of its steps waiting on that CPU."""
     w, cw = window, checkpoint_window
     step = f"rate(ai_storage_step_seconds_total[{w}])"
     wait, ckpt = (
@@ -59,23 +70,12 @@ def step_recording_rules(window: str, checkpoint_window: str) -> list[dict[str, 
         f"rate(ai_storage_step_checkpoint_seconds_total[{w}])",
     )
     transform, read = f"rate(ai_storage_loader_transform_seconds_total[{w}])", f"rate(ai_storage_read_seconds_sum[{w}])"
+    waited = f"rate(ai_storage_step_data_wait_seconds_total[{cw}])"
     lost = " + ".join(
-        f"rate({name}[{cw}])"
-        for name in (
-            "ai_storage_step_data_wait_seconds_total",
-            "ai_storage_step_checkpoint_seconds_total",
-            "ai_storage_checkpoint_restore_seconds_sum",
-            "ai_storage_lost_progress_seconds_total",
-        )
+        [f"({waited} * ({_read_share(cw)}) or {waited})"]  # storage's part of the data wait: its read share
+        + [f"rate({name}[{cw}])" for name in (CHECKPOINT_BLOCKED, RESTORED, LOST_PROGRESS)]
     )
-    wall = " + ".join(
-        f"rate({name}[{cw}])"
-        for name in (
-            "ai_storage_step_seconds_total",
-            "ai_storage_checkpoint_restore_seconds_sum",
-            "ai_storage_lost_progress_seconds_total",
-        )
-    )
+    wall = " + ".join(f"rate({name}[{cw}])" for name in ("ai_storage_step_seconds_total", RESTORED, LOST_PROGRESS))
     return [
         {"record": "ai_storage:step_data_wait:ratio", "expr": f"{wait} / {step}"},
         {"record": "ai_storage:step_checkpoint:ratio", "expr": f"{ckpt} / {step}"},
@@ -87,6 +87,7 @@ def step_recording_rules(window: str, checkpoint_window: str) -> list[dict[str, 
             " or max by (namespace, pod) (ai_storage_gpu_utilization_ratio)",
         },
         {"record": "ai_storage:storage_goodput:ratio", "expr": f"1 - ({lost}) / ({wall})"},
+        {"record": "ai_storage:data_wait_on_cpu:ratio", "expr": f"{wait} * (1 - ({_read_share(w)})) / {step}"},
     ]
 
 

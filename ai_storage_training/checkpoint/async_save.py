@@ -139,8 +139,9 @@ class AsyncCheckpointer:
         writer = self._writer(step, metrics, async_save_kwargs.pop("storage_writer", None))
         started = self._admit(step)
         slot = self._next_slot()
-        if self.max_in_flight > 1:  # saves in flight never share a group: their collectives would interleave
-            async_save_kwargs["process_group"] = slot.group_for(async_save_kwargs.get("process_group"))
+        given = async_save_kwargs.get("process_group")
+        if self.max_in_flight > 1 or given is None:  # never the training's group, nor another save's: collectives
+            async_save_kwargs["process_group"] = slot.group_for(given)  # sharing one would interleave and hang
         stager = async_save_kwargs.pop("async_stager", None)
         if stager is None:
             slot.stager = stager = slot.stager or make_stager(self.overlap)

@@ -74,6 +74,21 @@ def holder(directory: Path) -> str:
         return "a job that has not recorded itself yet"
 
 
+def held_by(directory: Path) -> str | None:
+    """Who holds ``directory``'s claim now (:func:`holder`), or None: no job writes it."""
+    try:
+        fd = os.open(directory / layout.JOB_LOCK, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # released at once (the close): only asks
+    except BlockingIOError:
+        return holder(directory)
+    finally:
+        os.close(fd)
+    return None
+
+
 def take(manager: Any) -> bool:
     """Claim ``manager.directory`` for this job on its coordinator (True: claimed; False: not the coordinator, or
     no directory); :class:`DirectoryInUseError` naming the holder when another job has it."""

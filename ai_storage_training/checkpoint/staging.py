@@ -78,14 +78,17 @@ class Slot:
     group: Any = None
 
     def group_for(self, base: Any) -> Any:
-        """This slot's own process group: the members and backend of ``base`` (the caller's ``process_group``, or
-        the default group). Made at the slot's first save, which every rank reaches in the same order
+        """This slot's own process group: the members and backend of ``base`` (the caller's ``process_group``), or
+        every rank over gloo (none given: the training's default group may be NCCL, and is busy with the training's
+        own collectives). Made at the slot's first save, which every rank reaches in the same order
         (``torch.distributed.new_group`` is collective)."""
         if not dist.is_initialized():
             return base  # one process: no collectives
         if self.group is None:
             ranks = dist.get_process_group_ranks(base) if base is not None else None
-            self.group = dist.new_group(ranks=ranks, backend=str(dist.get_backend(base)))
+            self.group = dist.new_group(
+                ranks=ranks, backend=str(dist.get_backend(base)) if base is not None else "gloo"
+            )
         return self.group
 
     def close(self) -> None:

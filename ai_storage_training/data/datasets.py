@@ -313,6 +313,7 @@ class ShardDataset(IterableDataset):
                         found = future.result()
                         metrics.READ_SECONDS.observe(time.perf_counter() - asked)
                         metrics.READ_BYTES.inc(self.manifest.shards[sid].size)
+                        metrics.SHARD_READS.inc()
                         (metrics.PREFETCH_HITS if ready else metrics.PREFETCH_MISSES).inc()
                         held.update((sid << 32 | i, found[i]) for i in wanted[sid])
                         top_up()

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import layout
+from ..checkpoint import claim, layout
 from ..checkpoint.commit import problems, read_marker
 from ..steps import PROGRESS_FILE, progress_at_risk
 from .report import meminfo, observation
@@ -96,6 +96,8 @@ def _sort(directory: Path, name: str, state: dict[str, Any], stale_before: float
         state[name.lstrip(".")] = _held_aside(path, verify)
     elif name == PROGRESS_FILE:
         pass  # the step timer's record: progress_at_risk
+    elif name == layout.JOB_LOCK:
+        state["written_by"] = claim.held_by(directory)  # the job writing here now (None: none)
     elif layout.parse_resume(name) is not None:
         state["resume_decisions"].append(name)
     else:
@@ -107,6 +109,7 @@ def inspect(directory: Path, *, verify: str = "crc32c", stale_minutes: float = 6
     state: dict[str, Any] = {"directory": str(directory), "verify": verify, "stale_minutes": stale_minutes}
     for key in ("committed", "torn", "in_flight", "stale", "refused", "retired", "resume_decisions", "other"):
         state[key] = []
+    state["written_by"] = None
     stale_before = time.time() - 60 * stale_minutes
     for name in sorted(os.listdir(directory)):
         try:

@@ -27,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from .. import cli
 from ..cli_types import URL, Integer, Pattern, Source
-from ..steps import storage_goodput
+from ..steps import read_share, storage_goodput
 
 INPUT_SHARE = 0.20
 """Data wait over step time from which a job is input-bound (a GPU idle a fifth of the time: below 80 % busy)."""
@@ -43,6 +43,7 @@ COUNTERS = {
     "read": "ai_storage_read_seconds_sum",
     "reads": "ai_storage_read_seconds_count",
     "read_bytes": "ai_storage_read_bytes_total",
+    "shard_reads": "ai_storage_read_shards_total",
     "transform": "ai_storage_loader_transform_seconds_total",
     "hits": "ai_storage_prefetch_hits_total",
     "misses": "ai_storage_prefetch_misses_total",
@@ -120,6 +121,7 @@ def judge(figures: dict[str, float], tier: str | None = None) -> dict[str, Any]:
     loader = f.get("read", 0.0) + f.get("transform", 0.0)
     lookups = f.get("hits", 0.0) + f.get("misses", 0.0)
     restore, lost = f.get("restore", 0.0), f.get("lost", 0.0)
+    reads = read_share(f.get("read", 0.0), f.get("transform", 0.0))
     shares = {
         "step_seconds": round(f["step"] / f["steps"], 4),
         "data_wait_share": round(wait, 3),
@@ -128,7 +130,8 @@ def judge(figures: dict[str, float], tier: str | None = None) -> dict[str, Any]:
         "loader_read_share": round(f.get("read", 0.0) / loader, 3) if loader else None,
         "gpu_busy": round(f["gpu"], 3) if "gpu" in f else None,
         "prefetch_hit_ratio": round(f["hits"] / lookups, 3) if lookups else None,
-        "storage_goodput": round(storage_goodput(f["step"], f["wait"], f["checkpoint"], restore, lost), 3),
+        "storage_goodput": round(storage_goodput(f["step"], f["wait"], f["checkpoint"], restore, lost, reads), 3),
+        "data_wait_on_cpu_share": round(wait * (1 - reads), 3) if loader else None,
         "read_mb_s": round(f.get("read_bytes", 0.0) / f["step"] / 1e6, 1),  # what the job read per second of steps
     }
     waited = f"the loop waits for data {wait:.0%} of its step time"
@@ -141,11 +144,11 @@ def judge(figures: dict[str, float], tier: str | None = None) -> dict[str, Any]:
     elif not loader:
         verdict, why = "input-bound", f"{waited}; the loader's split is unknown"
         step = "run the DataLoader workers with $PROMETHEUS_MULTIPROC_DIR set, so their read and transform times count"
-    elif (read_share := f.get("read", 0.0) / loader) >= 0.5:
-        verdict, why = "storage-bound", f"{waited}; its loader waits on reads {read_share:.0%} of its time"
+    elif reads >= 0.5:
+        verdict, why = "storage-bound", f"{waited}; its loader waits on reads {reads:.0%} of its time"
         step = _storage_step(f, tier, shares["prefetch_hit_ratio"])
     else:
-        verdict, why = "CPU-bound", f"{waited}; its loader transforms {1 - read_share:.0%} of its time"
+        verdict, why = "CPU-bound", f"{waited}; its loader transforms {1 - reads:.0%} of its time"
         step = "more DataLoader workers (num_workers), lighter transforms, or decode on the GPU"
     if shares["gpu_busy"] is not None:
         why += f"; GPU busy {shares['gpu_busy']:.0%}"
@@ -155,8 +158,15 @@ def judge(figures: dict[str, float], tier: str | None = None) -> dict[str, Any]:
 def _storage_step(f: dict[str, float], tier: str | None, hit_ratio: float | None) -> str:
     """What to do about reads that hold the job back, for the tier it reads."""
     step = NEXT_STEPS.get(tier or "", "stage the data to a faster tier (python -m ai_storage_training stage)")
-    if f.get("reads") and f.get("read_bytes", 0.0) / f["reads"] < 1024 * 1024:
-        step += "; pack the small files into shards (python -m ai_storage_training pack)"
+    size = f.get("read_bytes", 0.0) / f["reads"] if f.get("reads") else None
+    packed = f.get("shard_reads", 0.0) >= f.get("reads", 0.0) / 2 > 0  # most reads are of packed shards
+    if size is not None and size < 1024 * 1024:
+        step += (
+            f"; its shards are small ({size / 1024:.0f} KiB on average): pack the version again with larger ones "
+            "(python -m ai_storage_training pack --shard-mib)"
+            if packed
+            else "; pack the small files into shards (python -m ai_storage_training pack)"
+        )
     if hit_ratio is not None and hit_ratio < 0.9:
         step += "; read further ahead (ShardDataset readahead=)"
     return step

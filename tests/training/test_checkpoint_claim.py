@@ -19,6 +19,7 @@ from ai_storage_training.checkpoint import claim, lag
 from ai_storage_training.checkpoint.async_save import AsyncCheckpointer
 from ai_storage_training.checkpoint.listing import listing
 from ai_storage_training.checkpoint.promotion import Promoter
+from ai_storage_training.doctor.checkpoints import inspect
 
 ROOT = Path(__file__).resolve().parents[2]
 HOLD = textwrap.dedent(
@@ -49,18 +50,19 @@ def holder(directory: Path) -> subprocess.Popen:
 def test_a_second_job_is_refused_at_start_naming_the_first_ones_host_and_pid(tmp_path):
     job = holder(tmp_path)
     try:
-        expected = (
-            rf"^checkpoint directory {tmp_path} is in use by another job \(host {socket.gethostname()}, pid {job.pid}, "
-        )
+        host = socket.gethostname()
+        expected = rf"^checkpoint directory {tmp_path} is in use by another job \(host {host}, pid {job.pid}, run "
         with pytest.raises(claim.DirectoryInUseError, match=expected):
             AsyncCheckpointer(CheckpointManager(tmp_path), lag=lag.CheckpointLag())
-        # Readers take no claim: the listing, a validated load.
+        # Readers take no claim: the listing, a validated load, the doctor (which names the job writing here).
         assert [row["step"] for row in listing(tmp_path)] == [1]
+        assert inspect(tmp_path)["written_by"].startswith(f"host {host}, pid {job.pid}, run ")
         with CheckpointManager(tmp_path).load() as checkpoint:
             assert checkpoint is not None and checkpoint.step == 1
     finally:
         job.send_signal(signal.SIGKILL)
         job.wait()
+    assert inspect(tmp_path)["written_by"] is None and inspect(tmp_path)["other"] == []
     # Killed, its claim is gone with it: the next job starts and saves.
     with AsyncCheckpointer(CheckpointManager(tmp_path), lag=lag.CheckpointLag()) as checkpointer:
         checkpointer.save(2, {"w": b"2"}).result(timeout=60)

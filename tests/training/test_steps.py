@@ -52,6 +52,7 @@ def test_a_step_is_split_into_data_wait_checkpoint_and_compute():
     assert f["wait"] / f["step"] == pytest.approx(0.02 / 0.035, abs=0.12)
     assert f["checkpoint"] / f["step"] == pytest.approx(0.005 / 0.035, abs=0.08)
     restore = metrics.process_total("restore")  # restores before the loop count (other tests' in this process)
+    # No loader figures in this loop: its whole data wait counts as storage's.
     assert f["goodput"] == pytest.approx(1 - (f["wait"] + f["checkpoint"] + restore) / (f["step"] + restore))
     steps_lines = [line for line in lines if line.startswith("step ")]
     assert [line.split(":")[0] for line in steps_lines] == ["step 5", "step 10"]
@@ -145,6 +146,31 @@ def test_kill_9_and_resume_counts_the_progress_lost(tmp_path, packed_dataset):
     figures = job.from_scrape((tmp_path / "r.prom").read_text())
     assert figures["lost"] == pytest.approx(lost_steps * reached["step_seconds"])
     assert figures["restore"] > 0
+
+
+def test_a_loader_waiting_on_its_cpu_costs_storage_goodput_nothing_and_is_said_beside_it():
+    lines: list[str] = []
+    timer = StepTimer(log_every=5, log=lines.append)
+    for _ in timer.iterate(Slow(6, 0.02)):
+        metrics.TRANSFORM_SECONDS.inc(0.03)  # the loader's time was all transforms (CPU), no read
+    (line,) = [line for line in lines if line.startswith("step ")]
+    assert "(loader: read 0 %, transform 100 %)" in line and "% (data wait on CPU " in line
+    on_cpu = int(line.rsplit("data wait on CPU ", 1)[1].split(" %")[0])
+    f, restore = timer.figures(), metrics.process_total("restore")  # restores of other tests in this process count
+    assert on_cpu > 20 and f["goodput"] == pytest.approx(1 - restore / (f["step"] + restore))  # its waits: CPU's
+    # doctor job: the same split; a job reading packed shards is not told to pack its files.
+    figures = {"steps": 100, "step": 50.0, "wait": 30.0, "checkpoint": 0.0, "read": 5.0, "transform": 95.0}
+    cpu = job.judge(figures)["figures"]
+    assert cpu["storage_goodput"] == 0.97 and cpu["data_wait_on_cpu_share"] == 0.57  # 0.6 x 0.05; 0.6 x 0.95
+
+
+def test_a_job_reading_small_packed_shards_is_told_to_repack_not_to_pack():
+    figures = {"steps": 100, "step": 50.0, "wait": 30.0, "checkpoint": 0.5, "read": 80.0, "transform": 10.0}
+    figures |= {"reads": 400, "read_bytes": 400 * 512e3, "hits": 95, "misses": 5}
+    files = job.judge(figures, "warm")["next_step"]
+    shards = job.judge({**figures, "shard_reads": 400}, "warm")["next_step"]
+    assert "pack the small files into shards" in files and "pack the small files" not in shards
+    assert "its shards are small (500 KiB on average): pack the version again with larger ones" in shards
 
 
 def test_the_verdict_of_a_storage_bound_job_names_the_tier_step():
