@@ -209,6 +209,13 @@ class ManagedWriter(FileSystemWriter):
             raise
         if not manager.is_coordinator:
             self._release()
+            node = manager.node_ranks
+            if node is not None and manager.rank == node.start:  # a node's landing directory: its first rank
+                try:  # commits its ranks' files (rank 0's node: in finish)
+                    self._commit(staging, node, [])
+                except BaseException:
+                    exported.SAVE_FAILURES.inc()
+                    raise
         return future
 
     def _check_written(self, plan: SavePlan, results: list[WriteResult]) -> None:
@@ -225,14 +232,7 @@ class ManagedWriter(FileSystemWriter):
             self.summing.raise_first()
             fsync_dir(staging)
             self._release()
-            files = ranks.wait_for_manifests(
-                staging, world_size=manager.world_size, run_id=manager.run_id, timeout=manager.timeout
-            )
-            reported = {wr.storage_data.relative_path for rank_results in results for wr in rank_results}
-            if missing := sorted(reported - set(files)):
-                raise RuntimeError(f"{staging.name}: files reported by the ranks but in no manifest: {missing}")
-            files[METADATA] = crc32c_file(staging / METADATA)  # rank 0's
-            manager.commit(self.step, staging, files, metrics=self.metrics)
+            self._commit(staging, manager.node_ranks or range(manager.world_size), results)
         except BaseException:
             exported.SAVE_FAILURES.inc()
             raise
@@ -240,6 +240,20 @@ class ManagedWriter(FileSystemWriter):
             self._release()
         exported.SAVE_SECONDS.observe(time.monotonic() - self._started)
         manager.retain()
+
+    def _commit(self, staging: Path, sharing: range, results: list[list[WriteResult]]) -> None:
+        """Commit the files of the ranks ``sharing`` the directory once each one's manifest is in (the coordinator
+        adds DCP's ``.metadata``, and checks every file ``results`` reported of those ranks is in one)."""
+        manager = self.manager
+        files = ranks.wait_for_manifests(
+            staging, world_size=manager.world_size, run_id=manager.run_id, timeout=manager.timeout, ranks=sharing
+        )
+        if manager.is_coordinator:
+            reported = {wr.storage_data.relative_path for r in sharing for wr in results[r]}
+            if missing := sorted(reported - set(files)):
+                raise RuntimeError(f"{staging.name}: files reported by the ranks but in no manifest: {missing}")
+            files[METADATA] = crc32c_file(staging / METADATA)  # rank 0's
+        manager.commit(self.step, staging, files, metrics=self.metrics)
 
     def _release(self) -> None:
         if self._fd is not None:

@@ -11,8 +11,9 @@ validated (so never one not yet promoted) and keeps the newest ``local_keep`` an
 durable side is the manager's retention, which never deletes the newest checkpoint that validates. A durable copy
 that fails its read-back is moved to ``.refused/`` there (by a fresh manager's validated load), so it is never
 taken for a promoted step. Restore prefers the newest local step that validates when it is at least as new as the
-newest durable one (:func:`restore_manager`). The local directory must be shared by every rank that saves (one
-node); a job over several nodes lands directly in the durable directory.
+newest durable one (:func:`restore_manager`). The local directory is shared by the ranks of one node; a job over
+several nodes lands each node's share in that node's directory and restores from the durable one
+(``node_promotion.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from . import claim
 from .commit import CheckpointInvalidError
 from .lag import LAG, CheckpointLag
 from .manager import CheckpointManager
+from .node_promotion import promote_share
 
 log = logging.getLogger(__name__)
 DIR_VARIABLE = "AI_STORAGE_CHECKPOINT_DIR"
@@ -48,6 +50,7 @@ class Promoter:
         local_keep: int = 1,
         interval: float = 10.0,
         lag: CheckpointLag = LAG,
+        node: tuple[int, int] | None = None,
     ):
         if isinstance(local_keep, bool) or not isinstance(local_keep, int) or local_keep < 0:
             raise ValueError(f"local_keep: expected a non-negative number of local checkpoints; got {local_keep!r}")
@@ -60,6 +63,8 @@ class Promoter:
                 "local: expected a manager with keep=None (the promoter decides what leaves the local side)"
             )
         self.local, self.durable, self.local_keep, self.interval, self.lag = local, durable, local_keep, interval, lag
+        self.node = node
+        """(this node, nodes) of a job over several nodes: each promotes its own share (:mod:`.node_promotion`)."""
         # One process's view of the landing directory: leases without re-reading (save_copy checks every CRC32C
         # while copying) and without the job's multi-rank resume protocol.
         self._view = CheckpointManager(local.directory, keep=None, verify="size")
@@ -96,7 +101,10 @@ class Promoter:
         with self._view.load(step=step) as leased:  # leased: not deleted while it is copied
             assert leased is not None
             with contextlib.suppress(FileExistsError):  # a promoter killed after committing it: verified below
-                self.durable.save_copy(leased.path)
+                if self.node is None:
+                    self.durable.save_copy(leased.path)
+                else:
+                    promote_share(leased.path, self.durable, *self.node)
         self._verify_durable(step)
 
     def _verify_durable(self, step: int) -> None:
@@ -196,7 +204,9 @@ def managers_from_environment(
 ) -> tuple[CheckpointManager, CheckpointManager, Promoter | None]:
     """``(landing, durable, promoter)``: the durable directory ``directory`` (default ``$AI_STORAGE_CHECKPOINT_DIR``)
     and the landing directory ``local_dir`` (default ``$AI_STORAGE_CHECKPOINT_LOCAL_DIR``; ``""``: none). Without a
-    landing directory ``landing`` is the durable manager and ``promoter`` None. ``options`` go to every manager
+    landing directory ``landing`` is the durable manager and ``promoter`` None. Under torchrun over several nodes
+    (``WORLD_SIZE`` > ``LOCAL_WORLD_SIZE``) each node lands its ranks' files in its own directory and promotes its
+    share (``node_promotion``; run the promoter on each node's ``LOCAL_RANK`` 0). ``options`` go to every manager
     (rank, world_size, run_id, verify)."""
     directory = directory or os.environ.get(DIR_VARIABLE, "")
     if not directory:
@@ -206,4 +216,9 @@ def managers_from_environment(
     if not local_dir:
         return durable, durable, None
     local = CheckpointManager(local_dir, keep=None, **options)
-    return local, durable, Promoter(local, durable, local_keep=local_keep)
+    world, per_node = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0)
+    if not per_node or per_node >= world:
+        return local, durable, Promoter(local, durable, local_keep=local_keep)
+    node = int(os.environ.get("GROUP_RANK", "0"))  # torchrun numbers ranks node by node
+    local.node_ranks = range(node * per_node, (node + 1) * per_node)
+    return local, durable, Promoter(local, durable, local_keep=local_keep, node=(node, world // per_node))

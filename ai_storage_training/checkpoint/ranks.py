@@ -51,20 +51,24 @@ def read_manifest(staging: Path, rank: int, run_id: str) -> dict[str, FileRecord
     return {name: FileRecord.from_json({**value, "rank": rank}) for name, value in document["files"].items()}
 
 
-def wait_for_manifests(staging: Path, *, world_size: int, run_id: str, timeout: float) -> dict[str, FileRecord]:
-    """Step 2's wait: every rank's files, merged; TimeoutError naming the ranks still missing after ``timeout``."""
+def wait_for_manifests(
+    staging: Path, *, world_size: int, run_id: str, timeout: float, ranks: range | None = None
+) -> dict[str, FileRecord]:
+    """Step 2's wait: every rank's files (of ``ranks``, default all ``world_size``: the ranks sharing the directory),
+    merged; TimeoutError naming the ranks still missing after ``timeout``."""
     deadline = time.monotonic() + timeout
     found: dict[int, dict[str, FileRecord]] = {}
+    expected = range(world_size) if ranks is None else ranks
     while True:
-        for rank in range(world_size):
+        for rank in expected:
             if rank not in found and (files := read_manifest(staging, rank, run_id)) is not None:
                 found[rank] = files
-        if len(found) == world_size:
+        if len(found) == len(expected):
             return {name: record for files in found.values() for name, record in files.items()}
         if (reason := _aborted(staging)) is not None:
             raise RuntimeError(f"{staging.name} will not be committed: {reason}")
         if time.monotonic() > deadline:
-            missing = sorted(set(range(world_size)) - set(found))
+            missing = sorted(set(expected) - set(found))
             abort(staging, f"ranks {missing} wrote no manifest within {timeout}s")
             raise TimeoutError(f"{staging.name}: ranks {missing} did not finish their shards within {timeout}s")
         time.sleep(POLL_SECONDS)

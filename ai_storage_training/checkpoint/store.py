@@ -86,6 +86,9 @@ class CheckpointStore:
         self.keep, self.rank, self.world_size, self.verify, self.timeout = keep, rank, world_size, verify, timeout
         self._run_id = run_id
         self._trusted: set[tuple[int, str]] = set()  # (step, run id) committed or validated by this process
+        self.node_ranks: range | None = None
+        """The ranks saving into this directory when it is one node's landing directory of a job over several
+        (``promotion.managers_from_environment``): its first rank commits their files; None: every rank."""
 
     @property
     def run_id(self) -> str:

@@ -9,8 +9,8 @@ with NCCL for CUDA tensors and gloo for CPU ones in one process group ("cpu:gloo
 its own for the checkpoint saves; without CUDA it is the same job on the CPU over gloo.
 
 Checkpoints go to --checkpoint-dir (default $AI_STORAGE_CHECKPOINT_DIR); with $AI_STORAGE_CHECKPOINT_LOCAL_DIR
-(a node-local volume of the hot tier) and all ranks on one node, they land there and rank 0 promotes them to the
-durable directory in the background.
+(a node-local volume of the hot tier) they land there, and each node's first rank promotes its node's share to the
+durable directory in the background (over several nodes the step commits there once every node's share is in).
 
 Data: a packed dataset version (``python -m ai_storage_training pack``: manifest.json + WebDataset shards), the
 directory $AI_STORAGE_DATASET_DIR names when set (the copy the platform staged and verified on the hot tier), else
@@ -106,7 +106,7 @@ def resume(landing, durable, model, optimizer, rank: int, position: DataPosition
     """Load the newest checkpoint that validates, a local one first (promotion.restore_manager, decided by rank 0
     for every rank), each item verified as it is read; return its step (0 on a first start). Saved on another number
     of ranks, the model, optimizer and data position reshard; each rank's RNG starts from its seed again (said)."""
-    local = None if landing is durable else landing
+    local = None if landing is durable or landing.node_ranks is not None else landing  # many nodes: the durable one
     use_local = [rank == 0 and local is not None and promotion.restore_manager(local, durable) is local]
     world = dist.get_world_size() if dist.is_initialized() else 1
     if dist.is_initialized():
@@ -234,10 +234,8 @@ def main() -> None:
         dist.init_process_group("cpu:gloo,cuda:nccl" if cuda else "gloo")
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
         metrics.serve()  # one endpoint per pod, on $AI_STORAGE_METRICS_PORT (9095): the PodMonitor scrapes it
-    one_node = int(os.environ.get("LOCAL_WORLD_SIZE", world)) == world  # a landing directory is per node
-    landing, durable, promoter = promotion.managers_from_environment(
-        keep=args.keep, directory=args.checkpoint_dir, local_dir=None if one_node else ""
-    )
+    landing, durable, promoter = promotion.managers_from_environment(keep=args.keep, directory=args.checkpoint_dir)
+    first_on_node = int(os.environ.get("LOCAL_RANK", "0")) == 0  # runs the node's promoter
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(FEATURES, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)).to(device)
@@ -267,7 +265,7 @@ def main() -> None:
         lag.LAG.durable(newest.step)  # the lag gauges count from the restore point the job already has
     trained = DistributedDataParallel(model, device_ids=[device] if cuda else None) if world > 1 else model
 
-    if promoter is not None and rank == 0:
+    if promoter is not None and first_on_node:
         checkpointer.on_saved.append(promoter.wake)
         promoter.start()
 
@@ -278,7 +276,7 @@ def main() -> None:
 
     with checkpointer:
         step, loss = train(args, trained, optimizer, position, seen, step, save)
-    if promoter is not None and rank == 0:
+    if promoter is not None and first_on_node:
         promoter.close()  # the last landed checkpoint is durable before the job ends
     digest = hashlib.sha256(b"".join(p.detach().cpu().numpy().tobytes() for p in model.parameters())).hexdigest()[:16]
     print(
