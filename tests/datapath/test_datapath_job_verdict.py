@@ -1,7 +1,8 @@
 """``doctor job --prometheus`` against a real Prometheus: a CPU-bound job (tests/training/steps_job.py, its
 DataLoader workers reporting through PROMETHEUS_MULTIPROC_DIR) scraped every second with the platform's rules.
 The verdict from Prometheus is the one from the job's own scrape, and the generated recording rules compute the
-job's data-wait and loader-transform shares and its storage goodput from the real series."""
+job's data-wait and loader-transform shares, its storage goodput (high: its loader waits on its CPU, not on
+storage) and the data wait on that CPU from the real series."""
 
 from __future__ import annotations
 
@@ -42,11 +43,12 @@ def test_the_verdict_from_prometheus_is_the_jobs_own(tmp_path, packed_dataset):
         from_prometheus = doctor_job("--prometheus", url, "--selector", '{job="training"}', "--window", "1m")
         shares = {
             name: prom.value(f"max(ai_storage:{name}:ratio)")
-            for name in ("step_data_wait", "loader_transform", "storage_goodput")
+            for name in ("step_data_wait", "loader_transform", "storage_goodput", "data_wait_on_cpu")
         }
     from_scrape = doctor_job(str(tmp_path / "job.prom"))
     assert from_scrape["verdict"] == from_prometheus["verdict"] == "CPU-bound", (from_scrape, from_prometheus)
     assert abs(from_prometheus["figures"]["data_wait_share"] - from_scrape["figures"]["data_wait_share"]) < 0.15
     assert shares["step_data_wait"] is not None and shares["step_data_wait"] > 0.2, shares
     assert shares["loader_transform"] is not None and shares["loader_transform"] > 0.5, shares
-    assert shares["storage_goodput"] is not None and shares["storage_goodput"] < 0.8, shares
+    assert shares["storage_goodput"] is not None and shares["storage_goodput"] > 0.9, shares  # not storage's loss
+    assert shares["data_wait_on_cpu"] is not None and shares["data_wait_on_cpu"] > 0.2, shares
