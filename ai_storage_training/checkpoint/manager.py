@@ -291,7 +291,8 @@ class CheckpointManager(CheckpointStore):
             self._check_new(marker.step, held=True)
             staging.mkdir()
             with ThreadPoolExecutor(max_workers=8) as pool:
-                found = [p for p in pool.map(lambda item: _copy_one(source, staging, *item), marker.files.items()) if p]
+                copied = pool.map(lambda item: copy_checked(source, staging, *item), marker.files.items())
+                found = [p for p in copied if p]
             if found:
                 raise CheckpointInvalidError(f"{source}: {'; '.join(found)}")
             sync_tree(staging, checksum=False)
@@ -309,7 +310,9 @@ class CheckpointManager(CheckpointStore):
         return checkpoint
 
 
-def _copy_one(source: Path, staging: Path, name: str, expected: FileRecord) -> str | None:
+def copy_checked(source: Path, staging: Path, name: str, expected: FileRecord) -> str | None:
+    """Copy ``name`` from the checkpoint ``source`` into ``staging`` (a new file); what differs from ``expected``
+    (its marker's record), or None."""
     (staging / name).parent.mkdir(parents=True, exist_ok=True)
     got = copy_file(source / name, staging / name)
     if got.size != expected.size:

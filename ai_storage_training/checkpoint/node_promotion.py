@@ -16,9 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import layout, ranks
-from .commit import CheckpointInvalidError, FileRecord, copy_file, fsync_dir, read_marker
+from .commit import CheckpointInvalidError, FileRecord, fsync_dir, read_marker
 from .locks import lock_waiting, unlock
-from .manager import CheckpointManager
+from .manager import CheckpointManager, copy_checked
 
 
 def promote_share(source: Path, durable: CheckpointManager, node: int, nodes: int) -> None:
@@ -37,12 +37,10 @@ def promote_share(source: Path, durable: CheckpointManager, node: int, nodes: in
     try:  # held shared: no cleaner removes the staging directory while this node copies into it
         files: dict[str, FileRecord] = {}
         for name, expected in marker.files.items():
-            (staging / name).parent.mkdir(parents=True, exist_ok=True)
             (staging / name).unlink(missing_ok=True)  # this node's copy of an attempt that died
-            got = copy_file(source / name, staging / name)
-            if got.size != expected.size or (expected.crc32c is not None and got.crc32c != expected.crc32c):
-                raise CheckpointInvalidError(f"{source / name}: the copy differs from its marker's record")
-            files[name] = FileRecord(got.size, got.crc32c, node)
+            if problem := copy_checked(source, staging, name, expected):
+                raise CheckpointInvalidError(f"{source}: {problem}")
+            files[name] = FileRecord(expected.size, expected.crc32c, node)
         fsync_dir(staging)
         fsync_dir(durable.directory)
         ranks.write_manifest(staging, rank=node, run_id=run_id, step=step, files=files)

@@ -127,7 +127,7 @@ def judge(figures: dict[str, float], tier: str | None = None) -> dict[str, Any]:
         "data_wait_share": round(wait, 3),
         "checkpoint_share": round(ckpt, 3),
         "compute_share": round(max(0.0, 1 - wait - ckpt), 3),
-        "loader_read_share": round(f.get("read", 0.0) / loader, 3) if loader else None,
+        "loader_read_share": round(reads, 3) if loader else None,
         "gpu_busy": round(f["gpu"], 3) if "gpu" in f else None,
         "prefetch_hit_ratio": round(f["hits"] / lookups, 3) if lookups else None,
         "storage_goodput": round(storage_goodput(f["step"], f["wait"], f["checkpoint"], restore, lost, reads), 3),
