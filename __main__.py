@@ -4,8 +4,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.platform import Platform, PlatformArgs
-from components.quotas import quota_left
 from components.settings import load_settings, stack_config
+from components.teams.quotas import quota_left
 
 settings = load_settings(pulumi.get_stack(), stack_config())
 provider = k8s.Provider(
@@ -28,7 +28,7 @@ platform = Platform("ai-storage", PlatformArgs(settings, itself.outputs), pulumi
 pulumi.export("storageClasses", platform.storage_classes)
 pulumi.export("objectStoreEndpoint", platform.object_store.endpoint)
 pulumi.export("objectStoreBucket", platform.object_store.bucket)
-# Where the data lives; no key is an output: teams get theirs in their namespaces (components/tenants.py).
+# Where the data lives; no key is an output: teams get theirs in their namespaces (components/teams/tenants.py).
 pulumi.export("objectStoreStorage", platform.object_store.storage_type)
 pulumi.export("objectStoreBucketUrl", platform.object_store.bucket_url)
 if platform.acceptance is not None:

@@ -4,90 +4,84 @@ Layout, from the top down (``lint-imports`` checks the contract in pyproject.tom
 
 - ``toolchain/``: the offline renderer, mock engine, plan diff and command line (``python -m components``);
   it imports the components, nothing here imports it.
-- the modules at this level: one Pulumi component per system (``platform``, ``team``, ``tenants``,
-  ``object_store``, ``metadata_engine``, ``juicefs``, ...) and ``settings``, the stack settings tree.
+- ``platform``: the Platform component, the whole stack; ``settings/``: the stack settings tree (with the
+  profiles, upstream sources, the design's values and what each setting does to data).
+- ``teams/``: many teams on one platform (the tenants, their quotas, keys and team stacks).
+- ``observability/``: monitoring, alert rules and levels, dashboards, GPU metrics.
+- ``training/``: Kubeflow Trainer, Volcano, the job specs, Fluid datasets.
+- ``tiers/``: the storage tiers and what serves them (Rook-Ceph, TopoLVM, JuiceFS, the object store).
+- ``protection/``: checkpoint protection, restore tests, metadata backups.
 - ``backends/``: what the components run on: ``object_stores`` (MinIO, S3, Ceph RGW) and
   ``metadata_engines`` (Redis, Sentinel, ElastiCache).
-- ``common/``: Kubernetes building blocks and every pinned chart version and image.
-- ``sections/``: the settings machinery (base section, field types, problems, validation, reference).
+- ``common/``: Kubernetes building blocks, every pinned chart version and image, the settings machinery
+  (``sections``) and the 0.2.0 module paths kept until 0.4.0 (``moved``).
 
-The names below are importable from the package itself (``from ai_storage_platform import Platform``); each
-loads its module on first use, so importing the package alone stays cheap.
+Each package lists what to read first. The names below are importable from the package itself
+(``from ai_storage_platform import Platform``); each loads its module on first use, so importing the package
+alone stays cheap.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
+from functools import cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-# The exports, for type checkers; each loads lazily (``__getattr__``). tests/unit/test_package.py checks that
-# this block and _EXPORTS name the same things.
-if TYPE_CHECKING:
-    from .acceptance import AcceptanceSettings, StorageAcceptance, StorageAcceptanceArgs  # noqa: F401
-    from .backends.metadata_engines.elasticache import ElastiCacheSettings  # noqa: F401
-    from .backends.metadata_engines.redis import RedisSettings  # noqa: F401
-    from .backends.metadata_engines.redis_sentinel import SentinelSettings  # noqa: F401
-    from .backends.object_stores.minio import MinioSettings  # noqa: F401
-    from .backends.object_stores.s3 import S3Settings  # noqa: F401
-    from .ceph import RookCephSettings  # noqa: F401
-    from .fluid import BucketSource, Fluid, FluidArgs, FluidSettings  # noqa: F401
-    from .fluid_dataset import DatasetSettings  # noqa: F401
-    from .juicefs import JuiceFS, JuiceFSArgs, JuiceFSSettings, JuiceFSSource  # noqa: F401
-    from .local_nvme import DeviceClassSettings, LocalNVMe, LocalNVMeArgs, LocalNVMeSettings  # noqa: F401
-    from .metadata_engine import MetadataEngine, MetadataEngineArgs, MetadataSettings  # noqa: F401
-    from .monitoring import Monitoring, MonitoringArgs, MonitoringSettings  # noqa: F401
-    from .network_policies import NetworkPolicies, NetworkPoliciesArgs, NetworkPolicySettings  # noqa: F401
-    from .object_store import ObjectStore, ObjectStoreArgs, ObjectStoreSettings  # noqa: F401
-    from .platform import Platform, PlatformArgs  # noqa: F401
-    from .rook_ceph import RookCeph, RookCephArgs  # noqa: F401
-    from .sections import Problem, SettingsError  # noqa: F401
-    from .settings import PlatformSettings, load_profile, load_settings, stack_config  # noqa: F401
-    from .storage_tiers import StorageTiers, StorageTiersArgs, TiersSettings  # noqa: F401
-    from .team import TeamSettings, TeamWorkspace, TeamWorkspaceArgs, load_team_settings  # noqa: F401
-    from .tenants import Teams, TeamsArgs, TeamsSettings  # noqa: F401
-    from .training import RuntimeSettings, Training, TrainingArgs, TrainingSettings  # noqa: F401
-    from .volcano import QueueSettings, Volcano, VolcanoArgs, VolcanoSettings  # noqa: F401
+from .common import moved
 
-_EXPORTS = {
-    "platform": ("Platform", "PlatformArgs"),
-    "settings": ("PlatformSettings", "load_profile", "load_settings", "stack_config"),
-    "team": ("TeamSettings", "TeamWorkspace", "TeamWorkspaceArgs", "load_team_settings"),
-    "tenants": ("Teams", "TeamsArgs", "TeamsSettings"),
-    "object_store": ("ObjectStore", "ObjectStoreArgs", "ObjectStoreSettings"),
-    "metadata_engine": ("MetadataEngine", "MetadataEngineArgs", "MetadataSettings"),
-    "juicefs": ("JuiceFS", "JuiceFSArgs", "JuiceFSSettings", "JuiceFSSource"),
-    "rook_ceph": ("RookCeph", "RookCephArgs"),
-    "ceph": ("RookCephSettings",),
-    "local_nvme": ("DeviceClassSettings", "LocalNVMe", "LocalNVMeArgs", "LocalNVMeSettings"),
-    "storage_tiers": ("StorageTiers", "StorageTiersArgs", "TiersSettings"),
-    "fluid": ("BucketSource", "Fluid", "FluidArgs", "FluidSettings"),
-    "fluid_dataset": ("DatasetSettings",),
-    "volcano": ("QueueSettings", "Volcano", "VolcanoArgs", "VolcanoSettings"),
-    "training": ("RuntimeSettings", "Training", "TrainingArgs", "TrainingSettings"),
-    "monitoring": ("Monitoring", "MonitoringArgs", "MonitoringSettings"),
-    "network_policies": ("NetworkPolicies", "NetworkPoliciesArgs", "NetworkPolicySettings"),
-    "acceptance": ("AcceptanceSettings", "StorageAcceptance", "StorageAcceptanceArgs"),
-    "backends.object_stores.minio": ("MinioSettings",),
-    "backends.object_stores.s3": ("S3Settings",),
-    "backends.metadata_engines.redis": ("RedisSettings",),
-    "backends.metadata_engines.redis_sentinel": ("SentinelSettings",),
-    "backends.metadata_engines.elasticache": ("ElastiCacheSettings",),
-    "sections": ("Problem", "SettingsError"),
-}
-"""The module of each name the package exports."""
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
-__all__ = sorted(_MODULE_OF)
+moved.install()
+
+# The exports, declared once: type checkers read this block, ``__getattr__`` loads each name from its module on
+# first use (``_exports`` reads the block).
+if TYPE_CHECKING:
+    from .backends.metadata_engines.elasticache import ElastiCacheSettings
+    from .backends.metadata_engines.redis import RedisSettings
+    from .backends.metadata_engines.redis_sentinel import SentinelSettings
+    from .backends.object_stores.minio import MinioSettings
+    from .backends.object_stores.s3 import S3Settings
+    from .common.sections import Problem, SettingsError
+    from .observability.monitoring import Monitoring, MonitoringArgs, MonitoringSettings
+    from .platform import Platform, PlatformArgs
+    from .settings import PlatformSettings, load_profile, load_settings, stack_config
+    from .teams.network_policies import NetworkPolicies, NetworkPoliciesArgs, NetworkPolicySettings
+    from .teams.team import TeamSettings, TeamWorkspace, TeamWorkspaceArgs, load_team_settings
+    from .teams.tenants import Teams, TeamsArgs, TeamsSettings
+    from .tiers.acceptance import AcceptanceSettings, StorageAcceptance, StorageAcceptanceArgs
+    from .tiers.ceph import RookCephSettings
+    from .tiers.juicefs import JuiceFS, JuiceFSArgs, JuiceFSSettings, JuiceFSSource
+    from .tiers.local_nvme import DeviceClassSettings, LocalNVMe, LocalNVMeArgs, LocalNVMeSettings
+    from .tiers.metadata_engine import MetadataEngine, MetadataEngineArgs, MetadataSettings
+    from .tiers.object_store import ObjectStore, ObjectStoreArgs, ObjectStoreSettings
+    from .tiers.rook_ceph import RookCeph, RookCephArgs
+    from .tiers.storage_tiers import StorageTiers, StorageTiersArgs, TiersSettings
+    from .training.fluid import BucketSource, Fluid, FluidArgs, FluidSettings
+    from .training.fluid_dataset import DatasetSettings
+    from .training.trainer import RuntimeSettings, Training, TrainingArgs, TrainingSettings
+    from .training.volcano import QueueSettings, Volcano, VolcanoArgs, VolcanoSettings
+
+
+@cache
+def _exports() -> dict[str, str]:
+    """Each exported name -> its module (relative), read from the ``TYPE_CHECKING`` block above."""
+    tree = ast.parse(Path(__file__).read_text())
+    block = next(node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
+    imports = [node for node in block.body if isinstance(node, ast.ImportFrom)]
+    return {alias.name: "." * node.level + str(node.module) for node in imports for alias in node.names}
 
 
 def __getattr__(name: str) -> Any:
-    """Load an exported name from its module on first use."""
-    module = _MODULE_OF.get(name)
+    """Load an exported name from its module on first use (``__all__``: every exported name)."""
+    if name == "__all__":
+        return sorted(_exports())
+    module = _exports().get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    return sorted({*globals(), *_exports()})

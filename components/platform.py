@@ -8,25 +8,33 @@ from typing import Any
 
 import pulumi
 
-from .acceptance import StorageAcceptance, StorageAcceptanceArgs
-from .checkpoints import OFFSITE_PREFIX, OffsiteTarget, offsite_account
-from .fluid import BucketSource, Fluid, FluidArgs
-from .fluid_dataset import DatasetSettings, bucket_prefix
-from .juicefs import CHART_ACCOUNTS, CLIENT_ENV_SECRET, MOUNT_ACCOUNT, SECRET_NAME, JuiceFS, JuiceFSArgs, JuiceFSSource
-from .local_nvme import LocalNVMe, LocalNVMeArgs
-from .metadata_backup import BACKUP_ACCOUNT, BACKUP_PREFIX
-from .metadata_engine import MetadataEngine, MetadataEngineArgs, previous_engine, previous_flavor
-from .monitoring import Monitoring, MonitoringArgs
-from .network_policies import NetworkPolicies, NetworkPoliciesArgs
-from .object_store import ObjectStore, ObjectStoreArgs, ScopedAccess
-from .quotas import claim_class_policy
-from .rook_ceph import RookCeph, RookCephArgs
+from .observability.monitoring import Monitoring, MonitoringArgs
+from .protection.checkpoints import OFFSITE_PREFIX, OffsiteTarget, offsite_account
+from .protection.metadata_backup import BACKUP_ACCOUNT, BACKUP_PREFIX
 from .settings import PlatformSettings
-from .storage_tiers import TIERS, StorageTiers, StorageTiersArgs, TierBackend, class_name
-from .team_spaces import space_quota_job, space_quotas
-from .tenants import Teams, TeamsArgs
-from .training import Training, TrainingArgs
-from .volcano import Volcano, VolcanoArgs
+from .teams.network_policies import NetworkPolicies, NetworkPoliciesArgs
+from .teams.quotas import claim_class_policy
+from .teams.team_spaces import space_quota_job, space_quotas
+from .teams.tenants import Teams, TeamsArgs
+from .tiers.acceptance import StorageAcceptance, StorageAcceptanceArgs
+from .tiers.juicefs import (
+    CHART_ACCOUNTS,
+    CLIENT_ENV_SECRET,
+    MOUNT_ACCOUNT,
+    SECRET_NAME,
+    JuiceFS,
+    JuiceFSArgs,
+    JuiceFSSource,
+)
+from .tiers.local_nvme import LocalNVMe, LocalNVMeArgs
+from .tiers.metadata_engine import MetadataEngine, MetadataEngineArgs, previous_engine, previous_flavor
+from .tiers.object_store import ObjectStore, ObjectStoreArgs, ScopedAccess
+from .tiers.rook_ceph import RookCeph, RookCephArgs
+from .tiers.storage_tiers import TIERS, StorageTiers, StorageTiersArgs, TierBackend, class_name
+from .training.fluid import BucketSource, Fluid, FluidArgs
+from .training.fluid_dataset import DatasetSettings, bucket_prefix
+from .training.trainer import Training, TrainingArgs
+from .training.volcano import Volcano, VolcanoArgs
 
 
 def expirations(s: PlatformSettings) -> dict[str, int]:

@@ -23,7 +23,7 @@ STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in render.ROOT.glob
 
 def stack_file(tmp: Path, stack: str, overrides: dict[str, Any], root: Path = render.ROOT) -> Path:
     """A copy of ``root/Pulumi.<stack>.yaml`` with ``overrides`` (section -> value) deep-merged into its config."""
-    from components.sections import merge
+    from components.common.sections import merge
 
     project = render.project_name(root)
     data = yaml.safe_load((root / f"Pulumi.{stack}.yaml").read_text()) or {}

@@ -8,7 +8,7 @@ PUT is conditional, ``If-None-Match: *``, so of two publishers of one version on
 a version only when its manifest is there and the files match it.
 
 Where: the platform delivers ``artifacts-target`` (endpoint, bucket, prefix ``artifacts/<team>/``) and the keys
-to each team (components/artifacts.py); :meth:`Target.from_env` reads them from ``AI_STORAGE_ARTIFACTS_*`` and
+to each team (components/teams/artifacts.py); :meth:`Target.from_env` reads them from ``AI_STORAGE_ARTIFACTS_*`` and
 the standard AWS variables. Needs boto3 (``pip install ai-storage-training[artifacts]``), imported on use.
 """
 

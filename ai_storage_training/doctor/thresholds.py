@@ -1,6 +1,6 @@
 """The design's warning and critical levels, as the doctor judges its figures.
 
-The same numbers are the defaults of the platform's alert rules (``components/alert_rules.py``
+The same numbers are the defaults of the platform's alert rules (``components/observability/alert_rules.py``
 ``AlertThresholds``; a test keeps them equal): this library imports nothing of the platform.
 """
 

@@ -10,8 +10,8 @@ from typing import Any, Literal
 import pulumi
 import pulumi_kubernetes as k8s
 
-from ..sections import Resources
 from . import versions
+from .sections import Resources
 from .versions import ChartPin
 
 PodSecurity = Literal["privileged", "baseline", "restricted"]

@@ -25,10 +25,10 @@ from .arguments import (
 
 def config_reference() -> str:
     """docs/config.md: the platform's keys, then a team workspace's."""
-    from ..sections import every_key, reference
-    from ..setting_effects import entry_of
+    from ..common.sections import every_key, reference
     from ..settings import PlatformSettings
-    from ..team import TeamSettings
+    from ..settings.setting_effects import entry_of
+    from ..teams.team import TeamSettings
 
     team = (
         "Team workspace (`ai_storage_platform.team`)",

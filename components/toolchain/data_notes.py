@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ..metadata_engine import previous_engine
+from ..tiers.metadata_engine import previous_engine
 from .diff_model import Change, Render
 from .diff_rules import NEW_VOLUMES_ONLY, NEXT_MOUNT_ONLY, RELEASE, changed_leaves, field_text, value_text
 

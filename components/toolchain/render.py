@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from ..backends.object_stores.s3 import with_provider_region
-from ..sections import Problem, SettingsError, merge
+from ..common.sections import Problem, SettingsError, merge
 from ..settings import PROJECT, PlatformSettings, decode, load_settings
 from .mock_engine import SECRET, RecordingMonitor, Registration, run_program
 

@@ -1,4 +1,4 @@
-"""The settings a change touches, each with its effect on data from ``components/setting_effects.py``: the diff
+"""The settings a change touches, each with its effect on data from ``components/settings/setting_effects.py``: the diff
 compares the two renders' ``settings.json`` key by key (a named list's entries by name, a mapping's by key) and
 turns each changed key into a note, and each that moves data, stops I/O or can lose writes into a block."""
 
@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from ..sections import every_key
-from ..setting_effects import Entry, entry_of
+from ..common.sections import every_key
 from ..settings import PlatformSettings
+from ..settings.setting_effects import Entry, entry_of
 from .diff_model import Change
 from .diff_rules import value_text
 

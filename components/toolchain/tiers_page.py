@@ -12,11 +12,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..capacity import NEARFULL_RATIO, capacity_rows
-from ..decision_records import DecisionRecord, record_annotations
-from ..design_values import differences
 from ..settings import PROJECT, PlatformSettings, decode, load_settings
-from ..storage_tiers import TIERS, class_name
+from ..settings.design_values import differences
+from ..tiers.capacity import NEARFULL_RATIO, capacity_rows
+from ..tiers.decision_records import DecisionRecord, record_annotations
+from ..tiers.storage_tiers import TIERS, class_name
 from .render import ROOT, stack_file_config
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -71,7 +71,7 @@ def _capacity(settings: dict[str, PlatformSettings]) -> list[str]:
 def _acceptance(settings: dict[str, PlatformSettings]) -> list[str]:
     """Each stack's acceptance: the stories as it runs them and each tier's floors (the design's, or its own)."""
     lines = [
-        "Each tier's acceptance Job (`components/acceptance.py`) runs the design's three fio stories and fails",
+        "Each tier's acceptance Job (`components/tiers/acceptance.py`) runs the design's three fio stories and fails",
         "below the tier's floors: the lower end of the tier's range in the design's pyramid (local NVMe 3 GB/s,",
         "distributed FS 1 GB/s, object store 0.1 GB/s; MiB/s below) unless the stack sets its own, with the",
         "reason beside it in its stack file.",
@@ -94,9 +94,9 @@ def _acceptance(settings: dict[str, PlatformSettings]) -> list[str]:
 def _design(settings: dict[str, PlatformSettings]) -> list[str]:
     """Every value where a stack differs from the design, with its decision (``design_values.py``)."""
     lines = [
-        "The design's values (`components/design_values.py`: the reference's JuiceFS mount options, fio stories",
-        "and bench pod, the tier pyramid's floors, the cold/warm exercise) where a stack differs from them, each",
-        "with the decision that says why and how it was measured; a difference without one fails",
+        "The design's values (`components/settings/design_values.py`: the reference's JuiceFS mount options, fio",
+        "stories and bench pod, the tier pyramid's floors, the cold/warm exercise) where a stack differs from them,",
+        "each with the decision that says why and how it was measured; a difference without one fails",
         "`tests/unit/test_design_values.py`.",
         "",
         "| stack | key | design | stack's value | why | measured |",

@@ -6,8 +6,7 @@ TrainJob, and exports their names. It holds no key of the platform and reads no 
 """
 
 import pulumi
-from ai_storage_platform.settings import stack_config
-from ai_storage_platform.team import TeamWorkspace, TeamWorkspaceArgs, load_team_settings
+from ai_storage_platform import TeamWorkspace, TeamWorkspaceArgs, load_team_settings, stack_config
 
 settings = load_team_settings(stack_config())
 workspace = TeamWorkspace(settings.workspace.namespace, TeamWorkspaceArgs(settings))

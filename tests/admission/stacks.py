@@ -8,7 +8,7 @@ from typing import Any
 
 from components.common import versions
 from components.toolchain import render
-from components.training_operator_v1 import V1_CONFIG
+from components.training.training_operator_v1 import V1_CONFIG
 from tests import operators
 from tests.conftest import TEAM_EXAMPLE, by_name
 
@@ -33,7 +33,7 @@ operator uses when no template file is mounted."""
 
 PRIVILEGED_BY_DESIGN = {
     "DaemonSet topolvm-system/node-cache": "the node cache volume's preparation runs the host's lvm, mkfs and mount "
-    "(components/node_cache.py); its namespace enforces privileged and warns at restricted so such pods show up",
+    "(components/tiers/node_cache.py); its namespace enforces privileged and warns at restricted so such pods show up",
 }
 """Objects whose pods may break the `restricted` level their namespace warns at, with why."""
 

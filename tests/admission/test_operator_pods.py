@@ -46,7 +46,7 @@ def test_the_upstream_init_container_template_breaks_restricted_in_a_team_namesp
 
 
 def test_a_trainjob_patch_that_sets_env_on_the_node_container_is_what_the_trainer_webhook_refuses(as_installed):
-    from components.job_kinds import trainjob_webhook_errors
+    from components.training.job_kinds import trainjob_webhook_errors
 
     job = the_job(team("dev"))
     (runtime,) = objects(platform("dev"), "ClusterTrainingRuntime")
@@ -63,7 +63,7 @@ def test_a_trainjob_patch_that_sets_env_on_the_node_container_is_what_the_traine
 
 def test_our_refusal_comes_before_the_cluster_drops_an_image_volume(as_installed):
     from components.settings import SettingsError
-    from components.team import load_team_settings
+    from components.teams.team import load_team_settings
 
     config = yaml.safe_load((TEAM_EXAMPLE / "Pulumi.dev-pytorchjob.yaml").read_text())["config"]
     ours = {key.split(":", 1)[1]: value for key, value in config.items()}
@@ -125,7 +125,7 @@ def test_prometheus_reaches_a_volcano_jobs_metrics_under_the_svc_plugins_network
     """After Volcano's job controller ran, the namespace holds the plugin's policy (only the job's own pods may
     connect) and the platform's (the metrics port from any namespace): the scrape reaches every pod, nothing else
     does."""
-    from components.training import METRICS_PORT
+    from components.training.trainer import METRICS_PORT
     from tests.kube_semantics import Pod, allowed
 
     rendered = team(stack)

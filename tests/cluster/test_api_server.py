@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from components.toolchain import render
-from components.training_operator_v1 import V1_CONFIG
+from components.training.training_operator_v1 import V1_CONFIG
 from tests.admission.stacks import (
     PRIVILEGED_BY_DESIGN,
     TEAM_STACKS,
@@ -150,7 +150,7 @@ def test_the_v1_operator_deployment_as_installed_is_accepted_beside_its_config(c
     installs them, with the ConfigMap the Deployment mounts: accepted; the only warnings are Pod Security's
     `restricted` audit level, which the namespace warns at and the upstream Deployment does not meet (it enforces
     baseline, which the Deployment does)."""
-    from components.training_operator_v1 import v1_operator_transform
+    from components.training.training_operator_v1 import v1_operator_transform
     from tests.conformance.upstream import UPSTREAM
 
     deployment = yaml.safe_load((UPSTREAM / "kubeflow-training-operator-v1" / "base" / "deployment.yaml").read_text())

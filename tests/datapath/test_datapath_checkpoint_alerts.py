@@ -16,7 +16,7 @@ import observability
 from harness import LOOPBACK, HarnessError, free_port
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
-from components.alert_rules import RuleSettings, rule_groups
+from components.observability.alert_rules import RuleSettings, rule_groups
 
 INTERVAL = "2s"
 """The checkpoint interval of the rules under test: warning above 2 intervals (4 s), critical above 4 (8 s)."""

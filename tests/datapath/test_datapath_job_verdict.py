@@ -15,7 +15,7 @@ from pathlib import Path
 import observability
 from harness import free_port
 
-from components.alert_rules import RuleSettings, rule_groups
+from components.observability.alert_rules import RuleSettings, rule_groups
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = REPO / "tests" / "training" / "steps_job.py"

@@ -15,8 +15,8 @@ import harness
 import observability
 import pytest
 
-from components.alert_rules import RuleSettings, rule_groups
-from components.dashboards import dashboards
+from components.observability.alert_rules import RuleSettings, rule_groups
+from components.observability.dashboards import dashboards
 
 WINDOW_SECONDS = 10
 FILE_BYTES = 32 * 1024 * 1024

@@ -14,10 +14,10 @@ from typing import Any
 import checkpoint
 import harness
 
-from components import tenants
+from components.teams import tenants
 from components.toolchain import render
 from components.toolchain.render import ROOT
-from components.training import CHECKPOINT_PATH
+from components.training.trainer import CHECKPOINT_PATH
 
 
 def objects(result: render.Rendering) -> list[dict[str, Any]]:

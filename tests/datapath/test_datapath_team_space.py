@@ -9,7 +9,7 @@ import subprocess
 
 import harness
 
-from components.team_spaces import quota_script, space_quotas
+from components.teams.team_spaces import quota_script, space_quotas
 from tests.conftest import stack_settings
 
 

@@ -51,7 +51,7 @@ def test_library_installs_into_a_fresh_virtualenv_and_imports(fresh_venv, tmp_pa
     check = (
         "import ai_storage_platform.settings as p, ai_storage_platform.common.versions as v\n"
         "import ai_storage_platform.backends.metadata_engines.redis_sentinel as r\n"
-        "import ai_storage_platform.toolchain.plan_diff, ai_storage_platform.sections.validation\n"
+        "import ai_storage_platform.toolchain.plan_diff, ai_storage_platform.common.sections.validation\n"
         "from ai_storage_platform import Platform, PlatformArgs, TeamWorkspace, TeamWorkspaceArgs, stack_config\n"
         "s = p.load_settings('prod', {})\n"
         "print(s.object_store.backend, v.JUICEFS_CSI.version, r.start_script().split()[0], p.__file__)\n"

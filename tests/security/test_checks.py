@@ -7,7 +7,7 @@ import types
 import yaml
 
 from components.common import kube, versions
-from components.sections import Resources
+from components.common.sections import Resources
 from components.toolchain import render
 from tests.security import checks
 from tests.security.test_gate import PRIVILEGED_NAMESPACES

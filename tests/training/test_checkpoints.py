@@ -18,7 +18,7 @@ from ai_storage_training import CheckpointBusyError, CheckpointManager
 from ai_storage_training.checkpoint import layout
 from ai_storage_training.checkpoint.commit import read_marker
 from ai_storage_training.checkpoint.manager import is_complete
-from components.checkpoints import offsite_script
+from components.protection.checkpoints import offsite_script
 
 
 def writer(payload: bytes):

@@ -15,7 +15,7 @@ import pytest
 
 from ai_storage_training.doctor import juicefs as doctor_juicefs
 from ai_storage_training.doctor.thresholds import THRESHOLDS, Threshold
-from components.alert_rules import AlertThresholds
+from components.observability.alert_rules import AlertThresholds
 from tests.training.conftest import beyond_progress
 
 FIGURES = {

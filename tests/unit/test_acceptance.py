@@ -10,7 +10,9 @@ import subprocess
 import pulumi
 import pytest
 
-from components.acceptance import (
+from components.platform import Platform, PlatformArgs
+from components.settings import PlatformSettings
+from components.tiers.acceptance import (
     DESIGN_FLOORS,
     AcceptanceSettings,
     StorageAcceptance,
@@ -21,9 +23,7 @@ from components.acceptance import (
     effective_thresholds,
     fio_job_file,
 )
-from components.platform import Platform, PlatformArgs
-from components.settings import PlatformSettings
-from components.storage_tiers import TiersSettings
+from components.tiers.storage_tiers import TiersSettings
 from tests.conftest import STACKS, by_name, objects, stack_settings
 from tests.kube_semantics import tolerates
 
@@ -144,7 +144,7 @@ def test_a_failed_acceptance_alerts_and_the_stack_output_names_each_verdict(rend
     ],
 )
 def test_stories_that_would_fill_the_claim_or_read_unwritten_files_are_refused(acceptance, key, expected):
-    from components.sections import SettingsError
+    from components.common.sections import SettingsError
     from components.settings import load_settings
 
     with pytest.raises(SettingsError) as caught:

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 import yaml
 
-from components.alert_rules import PROTECTION, AlertThresholds, RuleSettings, Threshold, rule_groups
-from components.alert_settings import seconds as duration_seconds
-from components.dashboards import dashboards
-from components.decision_records import DEFAULTS
-from components.protection_alerts import RESTORE_TEST
-from components.sections import SettingsError
+from components.common.sections import SettingsError
+from components.observability.alert_rules import PROTECTION, AlertThresholds, RuleSettings, Threshold, rule_groups
+from components.observability.alert_settings import seconds as duration_seconds
+from components.observability.dashboards import dashboards
+from components.observability.protection_alerts import RESTORE_TEST
 from components.settings import load_settings
+from components.tiers.decision_records import DEFAULTS
 from components.toolchain import render
 from components.toolchain.render import ROOT
 from tests.conftest import STACKS, objects, stack_file

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from components.capacity import capacity_rows
-from components.sections import SettingsError
+from components.common.sections import SettingsError
 from components.settings import load_settings
+from components.tiers.capacity import capacity_rows
 from tests.conftest import stack_settings
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import subprocess
 
-from components.checkpoints import MARKER, offsite_script
+from components.protection.checkpoints import MARKER, offsite_script
 
 FAILING_SYNC = """#!/bin/sh
 echo "$@" >> "$SYNC_LOG"

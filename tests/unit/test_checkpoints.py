@@ -13,7 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from components.checkpoints import (
+from components.common.sections import SettingsError
+from components.protection.checkpoints import (
     SNAPSHOT_LABEL,
     CheckpointProtection,
     LandingSettings,
@@ -23,7 +24,6 @@ from components.checkpoints import (
     protect_checkpoints,
     snapshot_rules,
 )
-from components.sections import SettingsError
 from components.toolchain import render
 from tests.conformance.upstream import validate_object
 from tests.conftest import STACKS, by_name, objects
@@ -291,7 +291,7 @@ def test_every_pod_that_mounts_the_checkpoint_tier_keeps_the_ownership_of_its_fi
 
 
 def test_a_runtime_with_a_landing_volume_gives_each_pod_one_of_the_hot_class():
-    from components.training import RuntimeSettings, runtime_spec
+    from components.training.trainer import RuntimeSettings, runtime_spec
 
     landing = LandingSettings(enabled=True, size="50Gi")
     runtime = RuntimeSettings(name="rt", queue="q", dataset_claim="data", checkpoint_landing=landing)

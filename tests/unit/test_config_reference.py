@@ -21,9 +21,9 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from components.backends.object_stores import s3
-from components.sections import Section, SettingsError, fields, leaf_keys
+from components.common.sections import Section, SettingsError, fields, leaf_keys
 from components.settings import PlatformSettings, load_settings
-from components.team import TeamSettings, load_team_settings
+from components.teams.team import TeamSettings, load_team_settings
 from components.toolchain.cli import config_reference
 from components.toolchain.render import ROOT
 

@@ -10,10 +10,16 @@ import re
 
 import pytest
 
-from components.decision_records import ANNOTATION_PREFIX, DEFAULTS, DecisionRecord, TierDecisions, checkpoint_sizing
-from components.sections import SettingsError, merge
+from components.common.sections import SettingsError, merge
 from components.settings import load_settings
-from components.storage_tiers import TIERS
+from components.tiers.decision_records import (
+    ANNOTATION_PREFIX,
+    DEFAULTS,
+    DecisionRecord,
+    TierDecisions,
+    checkpoint_sizing,
+)
+from components.tiers.storage_tiers import TIERS
 from components.toolchain import render
 from components.toolchain.render import ROOT
 from components.toolchain.tiers_page import tiers_page
@@ -132,8 +138,8 @@ def test_the_page_lists_every_stack_record_and_the_measured_figures(tmp_path):
 
 
 def test_the_lag_alert_counts_in_the_checkpoint_tiers_own_interval_the_one_source(render_stack):
-    from components.alert_rules import rule_groups
-    from components.alert_settings import RuleSettings
+    from components.observability.alert_rules import rule_groups
+    from components.observability.alert_settings import RuleSettings
 
     result, _ = render_stack("dev", tiers={"decisions": {"checkpoint": {"checkpointInterval": "20m"}}})
     (rule,) = [

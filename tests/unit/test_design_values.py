@@ -1,12 +1,12 @@
 """Every value where a stack differs from the design carries its decision (why, measured how), and a value that
-changes without its decision changing too fails here (components/design_values.py)."""
+changes without its decision changing too fails here (components/settings/design_values.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from components.design_values import DECISIONS, DESIGN, differences
 from components.settings import load_settings
+from components.settings.design_values import DECISIONS, DESIGN, differences
 from tests.conftest import STACKS, stack_settings
 
 
@@ -17,8 +17,8 @@ def test_every_difference_from_the_design_is_decided(stack):
         for value, actual, decision in differences(stack_settings(stack))
         if decision is None
     ]
-    assert undecided == [], "record each in components/design_values.py DECISIONS (why, measured how):\n" + "\n".join(
-        undecided
+    assert undecided == [], (
+        "record each in components/settings/design_values.py DECISIONS (why, measured how):\n" + "\n".join(undecided)
     )
 
 

@@ -16,12 +16,28 @@ from components.toolchain.render import ROOT
 from tests.conftest import STACKS, stack_settings
 
 DOCS = ROOT / "docs"
-COMPONENTS = {
-    module: cls
-    for module in sorted(p.stem for p in (ROOT / "components").glob("*.py") if not p.stem.startswith("_"))
-    for _, cls in inspect.getmembers(importlib.import_module(f"components.{module}"), inspect.isclass)
-    if issubclass(cls, pulumi.ComponentResource) and cls.__module__ == f"components.{module}"
-}
+PACKAGES = ("", "tiers", "protection", "training", "observability", "teams")
+"""Where the components live (the package itself holds ``platform``)."""
+
+
+def _components() -> dict[str, tuple[str, type]]:
+    """Each component's page (the module part of its type token, ``ai-storage:<page>:<class>``) -> its module
+    and class."""
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / "components" / package).glob("*.py")):
+            module = ".".join(part for part in ("components", package, path.stem) if part)
+            if path.stem.startswith("_"):
+                continue
+            source = path.read_text()
+            for _, cls in inspect.getmembers(importlib.import_module(module), inspect.isclass):
+                if issubclass(cls, pulumi.ComponentResource) and cls.__module__ == module:
+                    (page,) = re.findall(rf'"ai-storage:(\w+):{cls.__name__}"', source)
+                    found[page] = (module, cls)
+    return found
+
+
+COMPONENTS = _components()
 
 
 def test_every_component_module_is_found():
@@ -30,10 +46,10 @@ def test_every_component_module_is_found():
 
 @pytest.mark.parametrize("module", sorted(COMPONENTS))
 def test_component_page_names_args_outputs_settings_and_has_an_example(module):
-    cls = COMPONENTS[module]
+    path, cls = COMPONENTS[module]
     page = (DOCS / "components" / f"{module}.md").read_text()
     assert f"ai-storage:{module}:{cls.__name__}" in page
-    args = getattr(importlib.import_module(f"components.{module}"), f"{cls.__name__}Args")
+    args = getattr(importlib.import_module(path), f"{cls.__name__}Args")
     for field in dataclasses.fields(args):
         assert f"`{field.name}`" in page, f"{module}.md does not describe {cls.__name__}Args.{field.name}"
     for output in inspect.get_annotations(cls):
@@ -92,7 +108,7 @@ KINDS = {"deploy": "Deployment", "deployment": "Deployment", "statefulset": "Sta
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_workload_the_docs_exec_into_is_one_the_stack_renders(stack):
     """A command at 3 am must find what it names: `kubectl -n rook-ceph exec deploy/rook-ceph-tools -- ceph status`
-    needs the toolbox Deployment (components/ceph_toolbox.py) in every stack with Ceph."""
+    needs the toolbox Deployment (components/tiers/ceph_toolbox.py) in every stack with Ceph."""
     from components.toolchain import render
 
     result = render.rendering(stack, render.run(stack))

@@ -6,11 +6,11 @@ import pytest
 import yaml
 
 from components.common import versions
-from components.fluid import Fluid, FluidArgs, FluidSettings, chart_values
-from components.fluid_dataset import BucketSource
-from components.juicefs import JuiceFSSource
 from components.settings import SettingsError, load_settings
+from components.tiers.juicefs import JuiceFSSource
 from components.toolchain.cli import main
+from components.training.fluid import Fluid, FluidArgs, FluidSettings, chart_values
+from components.training.fluid_dataset import BucketSource
 from tests.conftest import by_name, objects
 
 VOLUME = JuiceFSSource("ai-datasets", "redis://meta", "minio", "http://minio:9000/ai-datasets-dev", "ak", "sk")

@@ -1,7 +1,8 @@
 """The import contract in pyproject.toml ([tool.importlinter]), checked with import-linter's ``lint-imports``: no
 import circle in components/ or ai_storage_training/, nothing in components/ imports up across its layers
-(command line > toolchain > platform > settings and team > components > backends > common > sections), the two
-kinds of backend stay apart, and the training library imports nothing of the platform."""
+(command line > toolchain > platform > settings > teams > observability > training > tiers > protection > backends >
+common), components/ shows its architecture in at most a dozen entries, the two kinds of backend stay apart, and
+the training library imports nothing of the platform."""
 
 from __future__ import annotations
 
@@ -31,12 +32,32 @@ def test_the_contract_covers_the_layers_and_both_packages():
     assert set(by_id["no-circles"]["ancestors"]) == {"components", "ai_storage_training"}
     layers = by_id["layers"]
     assert layers["exhaustive"] is True  # a new module in components/ must be placed in a layer
-    assert [layers["layers"][i] for i in (1, -3, -2, -1)] == ["toolchain", "backends", "common", "sections"]
+    assert layers["layers"] == [
+        "__main__",
+        "toolchain",
+        "platform",
+        "settings",
+        "teams",
+        "observability",
+        "training",
+        "tiers",
+        "protection",
+        "backends",
+        "common",
+    ]
     assert by_id["training-alone"]["forbidden_modules"][0] == "components"
     training = by_id["training-layers"]
     assert training["exhaustive"] is True  # a new module of the training library must be placed in a layer
     assert training["layers"][1:4] == ["doctor", "data", "checkpoint"]
     assert by_id["doctor-and-data-apart"]["source_modules"] == ["ai_storage_training.doctor"]
+
+
+def test_components_has_at_most_a_dozen_entries_each_a_layer():
+    entries = sorted(p.name for p in (ROOT / "components").iterdir() if p.name != "__pycache__")
+    assert len(entries) <= 12, entries
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (layers,) = [c["layers"] for c in config["contracts"] if c["id"] == "layers"]
+    assert {p.removesuffix(".py") for p in entries} == {*layers, "__init__"}
 
 
 def test_the_contracts_see_imports_inside_functions():

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from components.alert_rules import RuleSettings, rule_groups
+from components.observability.alert_rules import RuleSettings, rule_groups
 from tests.unit.test_alert_rules import MINUTES, counter, gauge, promtool, rule_file  # noqa: F401  (fixture)
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "step_verdicts.json"

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from components.job_kinds import API, job_spec
-from components.jobs import PodContext
-from components.quotas import quantity
-from components.sections import SettingsError
-from components.team import load_team_settings
+from components.common.sections import SettingsError
+from components.teams.quotas import quantity
+from components.teams.team import load_team_settings
+from components.training.job_kinds import API, job_spec
+from components.training.jobs import PodContext
 from tests.conformance.upstream import validate_custom_resource
 from tests.conftest import by_name
 from tests.unit.test_jobs import IMAGE, mounts, pods

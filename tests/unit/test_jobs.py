@@ -6,11 +6,11 @@ import re
 
 import pytest
 
-from components import training
-from components.job_kinds import train_job_spec, volcano_job_spec
-from components.jobs import JobSettings, PodContext
-from components.sections import SettingsError
-from components.team import load_team_settings
+from components.common.sections import SettingsError
+from components.teams.team import load_team_settings
+from components.training import trainer as training
+from components.training.job_kinds import train_job_spec, volcano_job_spec
+from components.training.jobs import JobSettings, PodContext
 from tests.conformance.upstream import validate_custom_resource
 
 IMAGE = "ghcr.io/example/trainer:1.0.0"
@@ -81,7 +81,7 @@ GPU = {"cpu": "8", "memory": "32Gi", "gpu": 1}
 
 
 def rendered(kind: str, **job: object) -> dict:
-    from components.job_kinds import API, job_spec
+    from components.training.job_kinds import API, job_spec
 
     settings = JobSettings(kind=kind, image=IMAGE, **job)
     api, name = API[kind]
@@ -309,7 +309,7 @@ def test_a_trainjob_puts_the_node_containers_env_in_trainer_env_never_in_its_pat
 
 
 def test_what_the_trainer_webhook_refuses_is_named_at_render(monkeypatch):
-    from components import job_kinds
+    from components.training import job_kinds
 
     original = job_kinds.train_job_spec
 
@@ -320,7 +320,7 @@ def test_what_the_trainer_webhook_refuses_is_named_at_render(monkeypatch):
         spec["trainer"]["env"] = [{"name": "PET_NODE_RANK", "value": "0"}]
         return spec
 
-    monkeypatch.setattr("components.team.train_job_spec", with_env_in_the_patch)
+    monkeypatch.setattr("components.teams.team.train_job_spec", with_env_in_the_patch)
     with pytest.raises(SettingsError) as caught:
         load_team_settings({"job": {"dataSlices": 2, "numNodes": 2}})
     lines = [line for line in str(caught.value).splitlines() if line.startswith("  - job:")]

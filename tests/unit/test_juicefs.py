@@ -2,15 +2,15 @@
 
 import pulumi
 
-from components import juicefs
 from components.backends.object_stores.bucket import ScopedAccess
 from components.common import versions
-from components.juicefs import CacheSettings, JuiceFS, JuiceFSArgs, JuiceFSSettings, JuiceFSSource
-from components.metadata_backup import BackupSettings, backup_destination
-from components.object_store import ObjectStore, ObjectStoreArgs, ObjectStoreSettings
 from components.platform import expirations
+from components.protection.metadata_backup import BackupSettings, backup_destination
 from components.settings import PlatformSettings
-from components.storage_tiers import StorageTiers, StorageTiersArgs, TiersSettings
+from components.tiers import juicefs
+from components.tiers.juicefs import CacheSettings, JuiceFS, JuiceFSArgs, JuiceFSSettings, JuiceFSSource
+from components.tiers.object_store import ObjectStore, ObjectStoreArgs, ObjectStoreSettings
+from components.tiers.storage_tiers import StorageTiers, StorageTiersArgs, TiersSettings
 from tests.conftest import by_name
 
 MINIO_BUCKET = "http://minio.object-store.svc.cluster.local:9000/ai-datasets-dev"

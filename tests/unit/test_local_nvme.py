@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from components import local_nvme
 from components.common import versions
-from components.local_nvme import LocalNVMe, LocalNVMeArgs, LocalNVMeSettings
 from components.settings import SettingsError, load_settings
+from components.tiers import local_nvme
+from components.tiers.local_nvme import LocalNVMe, LocalNVMeArgs, LocalNVMeSettings
 from tests.conftest import by_name
 
 DEFAULTS = LocalNVMeSettings()

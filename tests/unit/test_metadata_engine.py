@@ -9,7 +9,9 @@ from components.backends.metadata_engines.elasticache import ElastiCacheSettings
 from components.backends.metadata_engines.redis import redis_conf
 from components.backends.metadata_engines.redis_sentinel import SentinelSettings, replication_lines, sentinel_conf
 from components.common import versions
-from components.metadata_engine import (
+from components.common.sections import Resources, SettingsError
+from components.settings import load_settings
+from components.tiers.metadata_engine import (
     MetadataEngine,
     MetadataEngineArgs,
     MetadataSettings,
@@ -17,8 +19,6 @@ from components.metadata_engine import (
     previous_engine,
     previous_flavor,
 )
-from components.sections import Resources, SettingsError
-from components.settings import load_settings
 from components.toolchain import mock_engine, render
 from components.toolchain.cli import main
 from tests.conftest import by_name, objects, stack_settings

@@ -7,10 +7,10 @@ import json
 import pytest
 
 from components.common import versions
-from components.gpu_metrics import GpuMetricsSettings
-from components.job_kinds import volcano_job_spec
-from components.jobs import JobSettings, PodContext
-from components.monitoring import CRDS, Monitoring, MonitoringArgs, MonitoringSettings
+from components.observability.gpu_metrics import GpuMetricsSettings
+from components.observability.monitoring import CRDS, Monitoring, MonitoringArgs, MonitoringSettings
+from components.training.job_kinds import volcano_job_spec
+from components.training.jobs import JobSettings, PodContext
 from tests.conformance.upstream import validate_object
 from tests.conftest import by_name, objects
 

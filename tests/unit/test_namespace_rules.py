@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from components.namespace_rules import KUBERNETES_RESERVED, namespace_settings, platform_defaults
-from components.sections import SettingsError
+from components.common.sections import SettingsError
 from components.settings import PlatformSettings, load_settings
-from components.team import load_team_settings
+from components.teams.namespace_rules import KUBERNETES_RESERVED, namespace_settings, platform_defaults
+from components.teams.team import load_team_settings
 
 RESERVED = [*KUBERNETES_RESERVED, "kube-anything"]
 PLATFORM_DEFAULTS = sorted(platform_defaults())

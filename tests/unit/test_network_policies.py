@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from components.quotas import TEAM_LABEL
-from components.sections import SettingsError
+from components.common.sections import SettingsError
 from components.settings import PlatformSettings, load_settings
+from components.teams.quotas import TEAM_LABEL
 from components.toolchain import render
 from tests.conftest import STACKS, external_dataset_claims, objects, stack_settings
 from tests.kube_semantics import Pod, allowed

@@ -10,9 +10,9 @@ import subprocess
 import pytest
 
 from components.common import versions
-from components.node_cache import CACHE_PATH, LV_NAME
-from components.sections import SettingsError
+from components.common.sections import SettingsError
 from components.settings import load_settings
+from components.tiers.node_cache import CACHE_PATH, LV_NAME
 from tests.conftest import STACKS, by_name, objects, stack_settings
 
 SIZES = {"dev": 16, "staging": 800, "prod": 1700, "eks-gpu-prod": 1700}
@@ -50,7 +50,7 @@ def test_every_stack_prepares_the_cache_volume_and_puts_the_caches_on_it(stack, 
 def test_the_preparation_script_is_idempotent_shell():
     """The host runs it at every start of the pod: each step checks before it acts (sh -n parses it)."""
     settings = load_settings("prod", {})
-    from components.node_cache import prepare_script
+    from components.tiers.node_cache import prepare_script
 
     script = prepare_script("nvme-vg", settings.local_nvme.cache_volume)
     assert "if ! lvm lvs nvme-vg/ai-storage-cache" in script and "if ! blkid" in script
@@ -77,7 +77,7 @@ esac""",
 def run_on_host(tmp_path, size_gib: int) -> subprocess.CompletedProcess[str]:
     """The preparation script, run by sh with stand-ins for the host's lvm, blkid, mkfs, mount and xfs_growfs
     that keep the volume's state in files and log each call."""
-    from components.node_cache import CacheVolumeSettings, prepare_script
+    from components.tiers.node_cache import CacheVolumeSettings, prepare_script
 
     bin_dir, state = tmp_path / "bin", tmp_path / "state"
     for name, body in HOST_TOOLS.items():

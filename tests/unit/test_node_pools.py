@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from components.node_pools import covers
-from components.node_storage import Toleration
-from components.sections import SettingsError
+from components.common.sections import SettingsError
 from components.settings import load_settings
-from components.team import load_team_settings
+from components.teams.team import load_team_settings
+from components.tiers.node_storage import Toleration
+from components.training.node_pools import covers
 from tests.conftest import by_name
 from tests.unit.test_acceptance import landing
 from tests.unit.test_job_volumes import _example_config

@@ -9,10 +9,10 @@ import pytest
 from components.backends.object_stores.bucket import check_prefix, prefix_policy
 from components.backends.object_stores.minio import MinioSettings
 from components.backends.object_stores.s3 import S3Settings
-from components.ceph import RookCephSettings
 from components.common import versions
-from components.object_store import ObjectStore, ObjectStoreArgs, ObjectStoreSettings
-from components.rook_ceph import RgwGateway, RookCeph, RookCephArgs
+from components.tiers.ceph import RookCephSettings
+from components.tiers.object_store import ObjectStore, ObjectStoreArgs, ObjectStoreSettings
+from components.tiers.rook_ceph import RgwGateway, RookCeph, RookCephArgs
 from tests.conftest import by_name, objects
 
 MINIO = ObjectStoreSettings()
@@ -314,7 +314,7 @@ def test_a_read_only_scope_may_list_and_read_its_prefix_and_nothing_more(build, 
 
 def test_the_s3_region_follows_the_providers_aws_region_unless_the_stack_sets_it():
     from components.backends.object_stores.s3 import with_provider_region
-    from components.sections import SettingsError
+    from components.common.sections import SettingsError
 
     assert with_provider_region({}, "eu-central-1")["objectStore"]["s3"]["region"] == "eu-central-1"
     given = {"objectStore": {"backend": "s3", "s3": {"region": "eu-central-1", "transitionDays": 9}}}

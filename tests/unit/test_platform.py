@@ -8,7 +8,7 @@ import json
 import yaml
 
 from components.backends.object_stores.bucket import ROLE_ANNOTATION, prefix_policy
-from components.juicefs import CHART_ACCOUNTS, MOUNT_ACCOUNT_PARAMETER
+from components.tiers.juicefs import CHART_ACCOUNTS, MOUNT_ACCOUNT_PARAMETER
 from components.toolchain.render import ROOT
 from tests.conftest import by_name, external_dataset_claims, objects
 

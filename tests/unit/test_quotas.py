@@ -8,9 +8,16 @@ import functools
 import celpy
 import pytest
 
-from components.quotas import TEAM_LABEL, ContainerDefaults, QuotaSettings, TierQuota, limit_range_spec, quota_spec
-from components.sections import SettingsError
+from components.common.sections import SettingsError
 from components.settings import load_settings
+from components.teams.quotas import (
+    TEAM_LABEL,
+    ContainerDefaults,
+    QuotaSettings,
+    TierQuota,
+    limit_range_spec,
+    quota_spec,
+)
 from components.toolchain import render
 from tests.conftest import STACKS, objects, stack_settings
 from tests.kube_semantics import admit_container, default_storage_class, selects

@@ -7,11 +7,11 @@ import re
 import pytest
 import yaml
 
-from components import rook_ceph
-from components.ceph import RgwSettings, RookCephSettings
 from components.common import versions
-from components.rook_ceph import RookCeph, RookCephArgs
 from components.settings import SettingsError, load_settings
+from components.tiers import rook_ceph
+from components.tiers.ceph import RgwSettings, RookCephSettings
+from components.tiers.rook_ceph import RookCeph, RookCephArgs
 from components.toolchain.cli import main
 from tests.conformance.upstream import UPSTREAM, validate_custom_resource
 from tests.conftest import by_name, objects, stack_settings
@@ -302,7 +302,7 @@ def test_prod_and_staging_profiles_are_durable_without_any_opt_in():
 
 
 def ceph(**settings: object) -> None:
-    from components.storage_tiers import StorageTiers, StorageTiersArgs, TiersSettings
+    from components.tiers.storage_tiers import StorageTiers, StorageTiersArgs, TiersSettings
 
     built = RookCeph("ceph", RookCephArgs(RookCephSettings(**settings)))
     tiers = TiersSettings(hot="none", cold="none")

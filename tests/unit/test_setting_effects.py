@@ -1,5 +1,5 @@
-"""Every setting's effect on data is decided once (components/setting_effects.py), and the diff tells it: a note per
-changed setting, a block for one that moves data, stops I/O or can lose acknowledged writes."""
+"""Every setting's effect on data is decided once (components/settings/setting_effects.py), and the diff tells
+it: a note per changed setting, a block for one that moves data, stops I/O or can lose acknowledged writes."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from components.sections import every_key
-from components.setting_effects import EFFECTS, Effect, entry_of
+from components.common.sections import every_key
 from components.settings import PlatformSettings
+from components.settings.setting_effects import EFFECTS, Effect, entry_of
 from components.toolchain import plan_diff, render
 from components.toolchain.setting_changes import setting_blocks, setting_changes
 from tests.conftest import stack_settings
@@ -17,7 +17,7 @@ from tests.conftest import stack_settings
 
 def test_every_key_of_the_settings_tree_has_its_effect_decided():
     undecided = [key for key in every_key(PlatformSettings) if entry_of(key) is None]
-    assert undecided == [], f"add these to components/setting_effects.py: {undecided}"
+    assert undecided == [], f"add these to components/settings/setting_effects.py: {undecided}"
 
 
 def test_every_decision_covers_a_key_no_other_decision_takes_first():

@@ -8,9 +8,9 @@ import sys
 import pytest
 import yaml
 
-from components.profiles import load_profile, profiles
-from components.sections import SettingsError, leaf_keys, validate
+from components.common.sections import SettingsError, leaf_keys, validate
 from components.settings import PlatformSettings, load_settings
+from components.settings.profiles import load_profile, profiles
 from components.toolchain.cli import main
 from components.toolchain.render import ROOT
 from tests.conftest import STACKS, stack_settings

@@ -124,13 +124,13 @@ def test_the_air_gapped_page_lists_every_pinned_chart_git_tree_and_image():
 def test_remote_kustomize_targets_split_as_kustomize_splits_them(url, split):
     """The last: GitHub's web form is no kustomize form; it would build the directory `tree/v1.9.4/...` of the
     default branch, so it is refused (below)."""
-    from components.sources import repo_spec
+    from components.settings.sources import repo_spec
 
     assert repo_spec(url) == split
 
 
 def test_every_default_source_is_kustomizes_form_at_its_pinned_tag():
-    from components.sources import KustomizeSources, repo_spec
+    from components.settings.sources import KustomizeSources, repo_spec
 
     assert KustomizeSources().problems() == []
     for url in versions.KUSTOMIZE.values():
@@ -139,7 +139,7 @@ def test_every_default_source_is_kustomizes_form_at_its_pinned_tag():
 
 
 def test_the_web_form_is_refused_naming_the_url_to_write():
-    from components.sources import KustomizeSources
+    from components.settings.sources import KustomizeSources
 
     web = "https://github.com/kubeflow/trainer/tree/v1.9.4/manifests/overlays/standalone"
     (problem,) = KustomizeSources.model_validate({"trainingOperatorV1": web}).problems()

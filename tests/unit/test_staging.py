@@ -11,12 +11,12 @@ import functools
 import pytest
 
 from components.common import versions
-from components.sections import SettingsError
+from components.common.sections import SettingsError
 from components.settings import load_settings, merge
-from components.staging import StagingSettings, stage_command
-from components.team import load_team_settings
+from components.teams.team import load_team_settings
 from components.toolchain import render
-from components.training import RuntimeSettings, runtime_spec
+from components.training.staging import StagingSettings, stage_command
+from components.training.trainer import RuntimeSettings, runtime_spec
 from tests import kube_semantics
 from tests.conformance.upstream import validate_custom_resource
 from tests.conftest import Render, objects

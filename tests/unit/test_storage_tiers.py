@@ -6,12 +6,12 @@ import pulumi
 import pytest
 
 from components.backends.object_stores.bucket import ScopedAccess
-from components.ceph import RookCephSettings
-from components.juicefs import JuiceFS, JuiceFSArgs, JuiceFSSettings, JuiceFSSource
-from components.local_nvme import LocalNVMe, LocalNVMeArgs, LocalNVMeSettings
-from components.rook_ceph import CephBlock, RookCeph, RookCephArgs
 from components.settings import SettingsError, load_settings
-from components.storage_tiers import TIERS, StorageTiers, StorageTiersArgs, TiersSettings, class_name
+from components.tiers.ceph import RookCephSettings
+from components.tiers.juicefs import JuiceFS, JuiceFSArgs, JuiceFSSettings, JuiceFSSource
+from components.tiers.local_nvme import LocalNVMe, LocalNVMeArgs, LocalNVMeSettings
+from components.tiers.rook_ceph import CephBlock, RookCeph, RookCephArgs
+from components.tiers.storage_tiers import TIERS, StorageTiers, StorageTiersArgs, TiersSettings, class_name
 from tests.conftest import STACKS, by_name, objects, stack_settings
 
 WARM_SECRETS = {

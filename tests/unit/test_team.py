@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from components import tenants
 from components.common import kube
-from components.job_kinds import PATCH_MANAGER
 from components.settings import SettingsError
-from components.team import load_team_settings
+from components.teams import tenants
+from components.teams.team import load_team_settings
 from components.toolchain import render
 from components.toolchain.cli import main
+from components.training.job_kinds import PATCH_MANAGER
 from tests.conformance.upstream import validate_object
 from tests.conftest import TEAM_EXAMPLE, by_name, objects, stack_file
 from tests.unit.test_training import multiproc_dir

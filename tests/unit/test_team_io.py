@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from components.sections import SettingsError
+from components.common.sections import SettingsError
 from components.settings import load_settings
 from tests.conftest import objects
 

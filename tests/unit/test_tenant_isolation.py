@@ -16,10 +16,12 @@ import pulumi
 import pytest
 from pulumi.runtime.settings import get_root_resource
 
-from components import fluid_dataset, juicefs, tenants
 from components.backends.metadata_engines import redis
 from components.backends.object_stores import ceph_rgw
+from components.teams import tenants
+from components.tiers import juicefs
 from components.toolchain import mock_engine, render
+from components.training import fluid_dataset
 from tests.conftest import STACKS, TEAM_EXAMPLE, stack_file, stack_settings
 
 # The platform's secrets live in these Secrets (in the platform's own namespaces): the JuiceFS volume Secret and

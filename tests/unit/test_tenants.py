@@ -7,16 +7,16 @@ import json
 
 import pytest
 
-from components import artifacts, tenants
 from components.backends.object_stores.bucket import ROLE_ANNOTATION, prefix_policy
-from components.fluid_dataset import DatasetSettings
-from components.juicefs import JuiceFS, JuiceFSArgs, JuiceFSSettings, JuiceFSSource
-from components.object_store import ObjectStore, ObjectStoreArgs, ObjectStoreSettings
+from components.common.sections import SettingsError
 from components.platform import expirations
-from components.sections import SettingsError
 from components.settings import load_settings
-from components.tenants import Teams, TeamsArgs, TeamsSettings
-from components.volcano import Volcano, VolcanoArgs, VolcanoSettings
+from components.teams import artifacts, tenants
+from components.teams.tenants import Teams, TeamsArgs, TeamsSettings
+from components.tiers.juicefs import JuiceFS, JuiceFSArgs, JuiceFSSettings, JuiceFSSource
+from components.tiers.object_store import ObjectStore, ObjectStoreArgs, ObjectStoreSettings
+from components.training.fluid_dataset import DatasetSettings
+from components.training.volcano import Volcano, VolcanoArgs, VolcanoSettings
 from tests.conftest import Build, by_name, objects, stack_settings
 
 MINIO_BUCKET = "http://minio.object-store.svc.cluster.local:9000/ai-datasets"

@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components import training
 from components.common import versions
 from components.settings import SettingsError, load_settings
-from components.training import Training, TrainingArgs, TrainingSettings
-from components.training_operator_v1 import (
+from components.training import trainer as training
+from components.training.trainer import Training, TrainingArgs, TrainingSettings
+from components.training.training_operator_v1 import (
     GANG_FLAG,
     V1_CONFIG,
     V1_CONFIG_DIR,
@@ -18,7 +18,7 @@ from components.training_operator_v1 import (
     v1_init_container_template,
     v1_operator_transform,
 )
-from components.volcano import Volcano, VolcanoArgs, VolcanoSettings
+from components.training.volcano import Volcano, VolcanoArgs, VolcanoSettings
 from tests.conformance.upstream import UPSTREAM, validate_kubernetes_object
 from tests.conftest import STACKS, by_name, objects, stack_settings
 
@@ -262,7 +262,7 @@ def test_a_runtimes_pods_tolerate_the_gpu_nodes_taint_unless_told_not_to(build):
 
 
 def test_a_runtime_whose_dataset_claim_nothing_creates_is_refused():
-    from components.sections import SettingsError
+    from components.common.sections import SettingsError
     from components.settings import load_settings
 
     with pytest.raises(SettingsError) as caught:

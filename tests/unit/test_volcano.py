@@ -6,7 +6,7 @@ import yaml
 from components.common import versions
 from components.settings import SettingsError, load_settings
 from components.toolchain.cli import main
-from components.volcano import QueueResources, QueueSettings, Volcano, VolcanoArgs, VolcanoSettings, queue_spec
+from components.training.volcano import QueueResources, QueueSettings, Volcano, VolcanoArgs, VolcanoSettings, queue_spec
 from tests.conftest import by_name, objects
 
 TEAM_A = {"name": "team-a", "weight": 2, "capability": {"cpu": "32", "memory": "128Gi", "gpu": 4}}

@@ -17,7 +17,7 @@ import pulumi_random as random
 from pydantic import Field
 
 from ...common import kube, versions
-from ...sections import KmsKeyArn, Problem, Section
+from ...common.sections import KmsKeyArn, Problem, Section
 from .redis import DURABILITY, PORT, MetadataEndpoint, RedisSettings
 
 _HOUR = r"([01][0-9]|2[0-3]):[0-5][0-9]"

@@ -21,7 +21,7 @@ import pulumi_random as random
 from pydantic import Field
 
 from ...common import kube, versions
-from ...sections import Quantity, Resources, Section
+from ...common.sections import Quantity, Resources, Section
 
 PORT = 6379
 DURABILITY = {"appendonly": "yes", "maxmemory-policy": "noeviction"}

@@ -21,7 +21,7 @@ import pulumi_kubernetes as k8s
 from pydantic import Field
 
 from ...common import kube
-from ...sections import DnsLabel, Resources, Section
+from ...common.sections import DnsLabel, Resources, Section
 from .redis import (
     CONFIG_DIR,
     CONFIG_SECRET,

@@ -12,7 +12,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from ...common import kube, versions
-from ...sections import Resources
+from ...common.sections import Resources
 
 ROLE_ANNOTATION = "eks.amazonaws.com/role-arn"
 """The ServiceAccount annotation EKS reads to give a pod's AWS clients the account's IAM role."""

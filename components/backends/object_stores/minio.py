@@ -20,7 +20,7 @@ import pulumi_random as random
 from pydantic import Field
 
 from ...common import kube, versions
-from ...sections import Problem, Quantity, Resources, Section
+from ...common.sections import Problem, Quantity, Resources, Section
 from .bucket import (
     ACCESS_ANNOTATION,
     ACCOUNT_ANNOTATION,

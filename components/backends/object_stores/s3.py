@@ -18,7 +18,7 @@ from pydantic import AfterValidator, Field
 from pydantic_core import PydanticCustomError
 
 from ...common import kube
-from ...sections import KmsKeyArn, Problem, Section, SettingsError
+from ...common.sections import KmsKeyArn, Problem, Section, SettingsError
 from .bucket import (
     ACCESS_ANNOTATION,
     ACCOUNT_ANNOTATION,
