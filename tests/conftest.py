@@ -131,3 +131,38 @@ def external_dataset_claims(profile: str = "dev") -> dict[str, Any]:
     dataset the runtimes' claims name (the claim then has to come from elsewhere)."""
     runtimes = yaml.safe_load((render.ROOT / "stacks" / f"{profile}.yaml").read_text())["training"]["runtimes"]
     return {"training": {"runtimes": [{**r, "externalClaim": True} for r in runtimes]}}
+
+
+def scoped_policy(bucket: str, prefix: str) -> dict[str, Any]:
+    """The IAM policy of a read-write scope of ``bucket`` on ``prefix``, written out as docs/components/object_store.md
+    describes it (the expectation of the tests that read a scope's policy; not computed by the code they test)."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "ObjectsUnderPrefix",
+                "Effect": "Allow",
+                "Action": [
+                    "s3:GetObject",
+                    "s3:PutObject",
+                    "s3:DeleteObject",
+                    "s3:AbortMultipartUpload",
+                    "s3:ListMultipartUploadParts",
+                ],
+                "Resource": f"arn:aws:s3:::{bucket}/{prefix}*",
+            },
+            {
+                "Sid": "ListUnderPrefix",
+                "Effect": "Allow",
+                "Action": ["s3:ListBucket"],
+                "Resource": f"arn:aws:s3:::{bucket}",
+                "Condition": {"StringLike": {"s3:prefix": [f"{prefix}*"]}},
+            },
+            {
+                "Sid": "BucketLocation",
+                "Effect": "Allow",
+                "Action": ["s3:GetBucketLocation"],
+                "Resource": f"arn:aws:s3:::{bucket}",
+            },
+        ],
+    }

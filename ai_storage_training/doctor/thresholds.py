@@ -1,13 +1,12 @@
-"""The design's warning and critical levels, as the doctor judges its figures.
-
-The same numbers are the defaults of the platform's alert rules (``components/observability/alert_rules.py``
-``AlertThresholds``; a test keeps them equal): this library imports nothing of the platform.
-"""
+"""The design's warning and critical levels (``levels.py``, the platform's alert defaults too), as the doctor
+judges its figures."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
+
+from ..levels import LEVELS
 
 Status = Literal["ok", "warning", "critical"]
 
@@ -33,13 +32,14 @@ class Threshold:
         return f"warning {op} {self.warning:g}, critical {op} {self.critical:g}"
 
 
-THRESHOLDS = {
-    "read_throughput_mb_s": Threshold(100, 50, below=True),
-    "read_latency_ms": Threshold(100, 500),
-    "cache_hit_ratio_percent": Threshold(85, 70, below=True),
-    "prefetch_hit_ratio_percent": Threshold(80, 60, below=True),
-    "checkpoint_save_seconds": Threshold(30, 60),
-    "checkpoint_restore_seconds": Threshold(30, 60),
-    "checkpoint_save_failure_percent": Threshold(5, 10),
-}
-"""By the name of the platform's alert threshold setting."""
+FIGURES = (
+    "read_throughput_mb_s",
+    "read_latency_ms",
+    "cache_hit_ratio_percent",
+    "prefetch_hit_ratio_percent",
+    "checkpoint_save_seconds",
+    "checkpoint_restore_seconds",
+    "checkpoint_save_failure_percent",
+)
+"""The figures the doctor measures, by the name of the platform's alert threshold setting."""
+THRESHOLDS = {name: Threshold(*LEVELS[name]) for name in FIGURES}

@@ -80,7 +80,6 @@ def data_path_alerts(s: RuleSettings) -> list[dict[str, Any]]:
         *levels(
             "JuiceFSReadThroughputLow",
             f"(ai_storage:juicefs_read_bytes:rate / 1e6 {reading})",
-            "<",
             t.read_throughput_mb_s,
             f,
             "A JuiceFS mount reads below {level} MB/s",
@@ -88,7 +87,6 @@ def data_path_alerts(s: RuleSettings) -> list[dict[str, Any]]:
         *levels(
             "JuiceFSReadLatencyHigh",
             "ai_storage:juicefs_read_latency_seconds:mean * 1000",
-            ">",
             t.read_latency_ms,
             f,
             "Mean JuiceFS read latency above {level} ms",
@@ -96,7 +94,6 @@ def data_path_alerts(s: RuleSettings) -> list[dict[str, Any]]:
         *levels(
             "JuiceFSCacheHitRatioLow",
             f"(ai_storage:juicefs_cache_hit_ratio * 100 {reading})",
-            "<",
             t.cache_hit_ratio_percent,
             f,
             "The local cache serves less than {level} % of read bytes",
@@ -104,7 +101,6 @@ def data_path_alerts(s: RuleSettings) -> list[dict[str, Any]]:
         *levels(
             "JuiceFSCacheEvictionsHigh",
             "ai_storage:juicefs_cache_evictions:rate",
-            ">",
             t.cache_evictions_per_second,
             f,
             "The local cache evicts more than {level} blocks per second",
@@ -135,7 +131,6 @@ def metadata_alerts(s: RuleSettings, replicas: int | None) -> list[dict[str, Any
         *levels(
             "RedisMemoryNearLimit",
             "(redis_memory_used_bytes / redis_memory_max_bytes * 100 and redis_memory_max_bytes > 0)",
-            ">",
             t,
             "5m",
             "Redis uses more than {level} % of maxmemory (noeviction: JuiceFS writes fail at 100 %)",

@@ -5,9 +5,11 @@ alert with its severity, summary and runbook link, or a warning and a critical a
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import Field
+
+from ai_storage_training.levels import LEVELS
 
 from ..common import versions
 from ..common.sections import Problem, Section, Window
@@ -16,16 +18,33 @@ DURATION = r"^[0-9]+(ms|s|m|h)$"
 
 
 class Threshold(Section):
-    """A warning and a critical level of one figure."""
+    """A warning and a critical level of one figure that alerts above them (its bad side: ``OP``)."""
 
+    OP: ClassVar[Literal[">", "<"]] = ">"
+    """How the rule compares the figure with a level: ``>`` alerts above it, ``<`` below."""
     warning: float = Field(ge=0)
     """Level at which the alert fires with severity `warning`."""
     critical: float = Field(ge=0)
     """Level at which the alert fires with severity `critical`."""
 
+    def problems(self) -> list[Problem]:
+        """The critical level is on the bad side of the warning level."""
+        worse = self.critical > self.warning if self.OP == ">" else self.critical < self.warning
+        if worse:
+            return []
+        side = "above" if self.OP == ">" else "below"
+        expected = f"expected critical {side} warning ({self.warning:g})"
+        return [Problem("critical", expected, self.critical, "critical is the worse level")]
+
+
+class FloorThreshold(Threshold):
+    """A warning and a critical level of one figure that alerts below them."""
+
+    OP: ClassVar[Literal[">", "<"]] = "<"
+
 
 class PercentThreshold(Threshold):
-    """A warning and a critical level of a percentage (0 to 100)."""
+    """A warning and a critical level of a percentage (0 to 100) that alerts above them."""
 
     warning: float = Field(ge=0, le=100)
     """Level at which the alert fires with severity `warning`, %."""
@@ -33,55 +52,56 @@ class PercentThreshold(Threshold):
     """Level at which the alert fires with severity `critical`, %."""
 
 
-class AlertThresholds(Section):
-    """The levels of the data-path alerts (the design reference's monitoring table) and the metadata memory."""
+class PercentFloorThreshold(PercentThreshold):
+    """A warning and a critical level of a percentage (0 to 100) that alerts below them."""
 
-    read_throughput_mb_s: Threshold = Threshold(warning=100, critical=50)
+    OP: ClassVar[Literal[">", "<"]] = "<"
+
+
+ThresholdType = TypeVar("ThresholdType", bound=Threshold)
+
+
+def design(name: str, kind: type[ThresholdType]) -> ThresholdType:
+    """The design's levels of ``name`` (``ai_storage_training.levels``, the doctor's too) as a ``kind``, whose bad
+    side must be the levels' (a type on the wrong side fails at import)."""
+    level = LEVELS[name]
+    if (kind.OP == "<") != level.below:
+        raise TypeError(f"{name}: {kind.__name__} alerts {kind.OP} its levels; the design's are bad the other way")
+    return kind(warning=level.warning, critical=level.critical)
+
+
+class AlertThresholds(Section):
+    """The levels of the data-path alerts (the design reference's monitoring table) and the metadata memory; each
+    defaults to the design's (``ai_storage_training/levels.py``)."""
+
+    read_throughput_mb_s: FloorThreshold = design("read_throughput_mb_s", FloorThreshold)
     """FUSE read throughput of a JuiceFS mount that is reading, MB/s; alerts below."""
-    read_latency_ms: Threshold = Threshold(warning=100, critical=500)
+    read_latency_ms: Threshold = design("read_latency_ms", Threshold)
     """Mean FUSE read latency of a JuiceFS mount, ms; alerts above."""
-    cache_hit_ratio_percent: PercentThreshold = PercentThreshold(warning=85, critical=70)
+    cache_hit_ratio_percent: PercentFloorThreshold = design("cache_hit_ratio_percent", PercentFloorThreshold)
     """Share of read bytes served by the local block cache, %; alerts below."""
-    cache_evictions_per_second: Threshold = Threshold(warning=1000, critical=5000)
+    cache_evictions_per_second: Threshold = design("cache_evictions_per_second", Threshold)
     """Cache blocks evicted per second; alerts above."""
-    metadata_memory_percent: PercentThreshold = PercentThreshold(warning=85, critical=95)
+    metadata_memory_percent: PercentThreshold = design("metadata_memory_percent", PercentThreshold)
     """Redis memory used of its `maxmemory`, %; alerts above (at 100 % JuiceFS writes fail: noeviction)."""
-    prefetch_hit_ratio_percent: PercentThreshold = PercentThreshold(warning=80, critical=60)
+    prefetch_hit_ratio_percent: PercentFloorThreshold = design("prefetch_hit_ratio_percent", PercentFloorThreshold)
     """Share of a training job's reads whose prefetched data was ready, %; alerts below."""
-    checkpoint_save_seconds: Threshold = Threshold(warning=30, critical=60)
+    checkpoint_save_seconds: Threshold = design("checkpoint_save_seconds", Threshold)
     """Mean duration of a training job's checkpoint saves, s; alerts above."""
-    checkpoint_restore_seconds: Threshold = Threshold(warning=30, critical=60)
+    checkpoint_restore_seconds: Threshold = design("checkpoint_restore_seconds", Threshold)
     """Mean duration of a training job's checkpoint restores, s; alerts above."""
-    checkpoint_save_failure_percent: PercentThreshold = PercentThreshold(warning=5, critical=10)
+    checkpoint_save_failure_percent: PercentThreshold = design("checkpoint_save_failure_percent", PercentThreshold)
     """Share of a training job's checkpoint saves that failed, %; alerts above."""
-    checkpoint_lag_intervals: Threshold = Threshold(warning=2, critical=4)
+    checkpoint_lag_intervals: Threshold = design("checkpoint_lag_intervals", Threshold)
     """Checkpoint lag of a training job (since its newest requested checkpoint that is not yet durable), in
     checkpoint intervals (the checkpoint tier's decision record, `tiers.decisions.checkpoint.checkpointInterval`);
     alerts above."""
-    storage_goodput_percent: PercentThreshold = PercentThreshold(warning=90, critical=75)
+    storage_goodput_percent: PercentFloorThreshold = design("storage_goodput_percent", PercentFloorThreshold)
     """Share of a training job's time not lost to storage (data wait, checkpoint blocking, restore, progress lost at
     a restart; the step timer's figures) over `checkpointWindow`, %; alerts below."""
-    restore_test_age_hours: Threshold = Threshold(warning=48, critical=168)
+    restore_test_age_hours: Threshold = design("restore_test_age_hours", Threshold)
     """Hours since the last successful restore test of a checkpoint claim (its restore test CronJob, or a training
     job that reports one); alerts above."""
-
-    def problems(self) -> list[Problem]:
-        """A critical level is worse than the warning level."""
-        below = (
-            "read_throughput_mb_s",
-            "cache_hit_ratio_percent",
-            "prefetch_hit_ratio_percent",
-            "storage_goodput_percent",
-        )
-        found = []
-        for name, info in type(self).model_fields.items():
-            t: Threshold = getattr(self, name)
-            ok = t.critical < t.warning if name in below else t.critical > t.warning
-            if not ok:
-                side = "below" if name in below else "above"
-                expected = f"expected critical {side} warning ({t.warning:g})"
-                found.append(Problem(f"{info.alias}.critical", expected, t.critical, "critical is the worse level"))
-        return found
 
 
 class RuleSettings(Section):
@@ -132,9 +152,9 @@ def with_runbook(rules: list[dict[str, Any]], base: str) -> list[dict[str, Any]]
     return rules
 
 
-def levels(name: str, expr: str, op: str, t: Threshold, for_: str, summary: str) -> list[dict[str, Any]]:
-    """A warning and a critical alert on ``expr op level``."""
+def levels(name: str, expr: str, t: Threshold, for_: str, summary: str) -> list[dict[str, Any]]:
+    """A warning and a critical alert on ``expr`` past each level of ``t`` (on its bad side, ``t.OP``)."""
     return [
-        alert(name, f"{expr} {op} {level:g}", severity, for_, summary.replace("{level}", f"{level:g}"))
+        alert(name, f"{expr} {t.OP} {level:g}", severity, for_, summary.replace("{level}", f"{level:g}"))
         for severity, level in (("warning", t.warning), ("critical", t.critical))
     ]

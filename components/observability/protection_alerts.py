@@ -103,7 +103,6 @@ def restore_test_rules(s: RuleSettings) -> list[dict[str, Any]]:
         *levels(
             f"{prefix}Overdue",
             "(time() - ai_storage:checkpoint_restore_test_last_success_time) / 3600",
-            ">",
             s.thresholds.restore_test_age_hours,
             "5m",
             "No successful checkpoint restore test for more than {level} h",

@@ -134,7 +134,6 @@ def read_alerts(s: RuleSettings) -> list[dict[str, Any]]:
         *levels(
             "TierReadThroughputLow",
             "(ai_storage:read_bytes:rate / 1e6 and ai_storage:reads:rate > 1)",
-            "<",
             t.read_throughput_mb_s,
             f,
             f"A training job reads {tier} below {{level}} MB/s",
@@ -142,7 +141,6 @@ def read_alerts(s: RuleSettings) -> list[dict[str, Any]]:
         *levels(
             "TierReadLatencyHigh",
             "(ai_storage:read_latency_seconds:mean * 1000 and ai_storage:reads:rate > 1)",
-            ">",
             t.read_latency_ms,
             f,
             f"A training job's mean read latency on {tier} is above {{level}} ms",
@@ -160,7 +158,6 @@ def training_alerts(s: RuleSettings, checkpoint_interval: str) -> list[dict[str,
         *levels(
             "StorageGoodputLow",
             "ai_storage:storage_goodput:ratio * 100",
-            "<",
             t.storage_goodput_percent,
             f,
             "Less than {level} % of a training job's time is free of storage waits (data, checkpoints, restore, "
@@ -169,7 +166,6 @@ def training_alerts(s: RuleSettings, checkpoint_interval: str) -> list[dict[str,
         *levels(
             "TrainingPrefetchHitRatioLow",
             "ai_storage:prefetch_hit_ratio * 100",
-            "<",
             t.prefetch_hit_ratio_percent,
             f,
             "Less than {level} % of a training job's reads find their prefetched data ready",
@@ -177,7 +173,6 @@ def training_alerts(s: RuleSettings, checkpoint_interval: str) -> list[dict[str,
         *levels(
             "CheckpointSaveSlow",
             "ai_storage:checkpoint_save_seconds:mean",
-            ">",
             t.checkpoint_save_seconds,
             f,
             "A training job's checkpoint saves take more than {level} s",
@@ -185,7 +180,6 @@ def training_alerts(s: RuleSettings, checkpoint_interval: str) -> list[dict[str,
         *levels(
             "CheckpointRestoreSlow",
             "ai_storage:checkpoint_restore_seconds:mean",
-            ">",
             t.checkpoint_restore_seconds,
             f,
             "A training job's checkpoint restores take more than {level} s",
@@ -193,7 +187,6 @@ def training_alerts(s: RuleSettings, checkpoint_interval: str) -> list[dict[str,
         *levels(
             "CheckpointSaveFailures",
             "ai_storage:checkpoint_save_failure_ratio * 100",
-            ">",
             t.checkpoint_save_failure_percent,
             f,
             "More than {level} % of a training job's checkpoint saves fail",
@@ -202,7 +195,6 @@ def training_alerts(s: RuleSettings, checkpoint_interval: str) -> list[dict[str,
         *levels(
             "CheckpointLagHigh",
             f"ai_storage_checkpoint_lag_seconds / {seconds(checkpoint_interval):g}",
-            ">",
             t.checkpoint_lag_intervals,
             "0s",
             "A training job's newest checkpoint has not been durable for more than {level} checkpoint intervals"

@@ -15,7 +15,9 @@ import pytest
 
 from ai_storage_training.doctor import juicefs as doctor_juicefs
 from ai_storage_training.doctor.thresholds import THRESHOLDS, Threshold
-from components.observability.alert_rules import AlertThresholds
+from ai_storage_training.levels import LEVELS
+from components.observability.alert_settings import AlertThresholds, FloorThreshold, design
+from components.observability.alert_settings import Threshold as Threshold_
 from tests.training.conftest import beyond_progress
 
 FIGURES = {
@@ -144,11 +146,24 @@ def test_the_juicefs_cache_state_comes_from_the_mount_roots_virtual_files(tmp_pa
     assert hidden["stats"] is None and "subdirectory bind mount" in hidden["note"]
 
 
-def test_the_thresholds_are_the_platform_alert_rules_defaults():
+def test_the_doctor_and_the_platform_alerts_judge_by_the_design_levels_in_one_place():
+    # The design's levels (ai_storage_training/levels.py), written out: the doctor's verdicts...
+    assert THRESHOLDS["read_throughput_mb_s"].describe() == "warning < 100, critical < 50"
+    assert THRESHOLDS["cache_hit_ratio_percent"].describe() == "warning < 85, critical < 70"
+    assert THRESHOLDS["checkpoint_save_seconds"].describe() == "warning > 30, critical > 60"
+    # ...and the platform's alert defaults, with the bad side on the threshold's type.
     platform = AlertThresholds()
-    for name, threshold in THRESHOLDS.items():
-        alert = getattr(platform, name)
-        assert (threshold.warning, threshold.critical) == (alert.warning, alert.critical), name
+    throughput, save = platform.read_throughput_mb_s, platform.checkpoint_save_seconds
+    assert (throughput.warning, throughput.critical, throughput.OP) == (100, 50, "<")
+    assert (save.warning, save.critical, save.OP) == (30, 60, ">")
+    assert set(THRESHOLDS) < set(LEVELS) == set(AlertThresholds.model_fields)
+
+
+def test_a_threshold_type_on_the_other_side_of_the_design_levels_fails():
+    with pytest.raises(TypeError, match="read_throughput_mb_s: Threshold alerts > its levels"):
+        design("read_throughput_mb_s", Threshold_)
+    with pytest.raises(TypeError, match="checkpoint_save_seconds: FloorThreshold alerts < its levels"):
+        design("checkpoint_save_seconds", FloorThreshold)
 
 
 @pytest.mark.parametrize(

@@ -305,14 +305,14 @@ CROSS_FIELD: list[tuple[str, str, dict[str, Any], str, str]] = [
         "expected a duration",
     ),
     (
-        "AlertThresholds",
+        "Threshold",
         "platform",
         {f"{THRESHOLDS}.readLatencyMs": {"warning": 100, "critical": 50}},
         f"{THRESHOLDS}.readLatencyMs.critical",
         "expected critical above warning",
     ),
     (
-        "AlertThresholds",
+        "Threshold",
         "platform",
         {f"{THRESHOLDS}.prefetchHitRatioPercent": {"warning": 60, "critical": 80}},
         f"{THRESHOLDS}.prefetchHitRatioPercent.critical",

@@ -13,7 +13,7 @@ from components.common import versions
 from components.tiers.ceph import RookCephSettings
 from components.tiers.object_store import ObjectStore, ObjectStoreArgs, ObjectStoreSettings
 from components.tiers.rook_ceph import RgwGateway, RookCeph, RookCephArgs
-from tests.conftest import by_name, objects
+from tests.conftest import by_name, objects, scoped_policy
 
 MINIO = ObjectStoreSettings()
 RGW = ObjectStoreSettings(backend="ceph-rgw", bucket="ai-datasets-test")
@@ -177,8 +177,8 @@ def test_s3_scope_is_an_iam_user_whose_policy_names_only_its_prefix(build):
     assert {"ai-data-x-vision", "ai-data-x-backup"} <= set(users)
     assert users["ai-data-x-vision"]["tags"]["ai-storage-platform/service-account"] == "vision/offsite"
     policies = {p["policy"] for p in inputs_of(monitor, "aws:iam/userPolicy:UserPolicy")}
-    assert prefix_policy("ai-data-x", "checkpoints/vision/") in policies
-    assert prefix_policy("ai-data-x", "meta-backups/") in policies
+    assert scoped_policy("ai-data-x", "checkpoints/vision/") in [json.loads(p) for p in policies]
+    assert scoped_policy("ai-data-x", "meta-backups/") in [json.loads(p) for p in policies]
     assert result.outputs["vision-access-key"] == "[secret]"
     assert result.outputs["vision-role"] is None
 
@@ -199,7 +199,7 @@ def test_s3_scope_with_oidc_is_a_role_only_its_service_account_assumes(build):
     assert statement["Principal"] == {"Federated": OIDC}
     assert statement["Condition"]["StringEquals"][f"{issuer}:aud"] == "sts.amazonaws.com"
     policies = {p["policy"] for p in inputs_of(monitor, "aws:iam/rolePolicy:RolePolicy")}
-    assert prefix_policy("ai-data-x", "checkpoints/vision/") in policies
+    assert scoped_policy("ai-data-x", "checkpoints/vision/") in [json.loads(p) for p in policies]
     assert not [u for u in inputs_of(monitor, "aws:iam/user:User") if u["name"].endswith("-vision")]
     assert result.outputs["vision-role"] is not None
 
@@ -220,7 +220,7 @@ def test_minio_scope_is_a_user_and_policy_made_by_a_job_of_its_own(build):
     assert keys["metadata"]["namespace"] == "object-store"
     assert keys["stringData"] == {"access-key": "[secret]", "secret-key": "[secret]"}
     policy = next(e["value"] for e in pod["containers"][0]["env"] if e["name"] == "POLICY_DOCUMENT")
-    assert policy == prefix_policy("ai-data-x", "checkpoints/vision/")
+    assert json.loads(policy) == scoped_policy("ai-data-x", "checkpoints/vision/")
     # No key in the pod spec: the Job reads them from the mounted Secret.
     assert "[secret]" not in json.dumps(pod)
 

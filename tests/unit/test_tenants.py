@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from components.backends.object_stores.bucket import ROLE_ANNOTATION, prefix_policy
+from components.backends.object_stores.bucket import ROLE_ANNOTATION
 from components.common.sections import SettingsError
 from components.platform import expirations
 from components.settings import load_settings
@@ -17,7 +17,7 @@ from components.tiers.juicefs import JuiceFS, JuiceFSArgs, JuiceFSSettings, Juic
 from components.tiers.object_store import ObjectStore, ObjectStoreArgs, ObjectStoreSettings
 from components.training.fluid_dataset import DatasetSettings
 from components.training.volcano import Volcano, VolcanoArgs, VolcanoSettings
-from tests.conftest import Build, by_name, objects, stack_settings
+from tests.conftest import Build, by_name, objects, scoped_policy, stack_settings
 
 MINIO_BUCKET = "http://minio.object-store.svc.cluster.local:9000/ai-datasets"
 VOLUME = JuiceFSSource("ai-datasets", "redis://:pw@meta", "minio", MINIO_BUCKET, "ak", "sk")
@@ -97,7 +97,7 @@ def test_offsite_keys_are_the_teams_scoped_keys_delivered_as_a_secret(build):
     job = by_name(result, "Job", "minio-scope-team-nlp")
     (mc,) = job["spec"]["template"]["spec"]["containers"]
     policy = json.loads(next(e["value"] for e in mc["env"] if e["name"] == "POLICY_DOCUMENT"))
-    assert policy == json.loads(prefix_policy("ai-datasets", "checkpoints/nlp/"))
+    assert policy == scoped_policy("ai-datasets", "checkpoints/nlp/")
 
 
 def test_under_irsa_the_account_carries_the_teams_role_and_no_keys_are_delivered(build):
@@ -260,7 +260,7 @@ def test_a_team_gets_keys_that_write_only_its_artifacts_prefix(build):
     assert (
         scope["ai-storage-platform/prefix"] == "artifacts/nlp/" and scope["ai-storage-platform/access"] == "read-write"
     )
-    assert scope["policy"] == prefix_policy("ai-datasets", "artifacts/nlp/")
+    assert json.loads(scope["policy"]) == scoped_policy("ai-datasets", "artifacts/nlp/")
     assert by_name(result, "Secret", artifacts.CREDENTIALS)["metadata"]["namespace"] == "nlp"
     target = by_name(result, "ConfigMap", artifacts.TARGET)["data"]
     assert (target["prefix"], target["bucket"]) == ("artifacts/nlp/", "ai-datasets")
