@@ -10,27 +10,20 @@ import pulumi
 
 from .observability.monitoring import Monitoring, MonitoringArgs
 from .protection.checkpoints import OFFSITE_PREFIX, OffsiteTarget, offsite_account
-from .protection.metadata_backup import BACKUP_ACCOUNT, BACKUP_PREFIX
+from .protection.metadata_backup import BACKUP_PREFIX
 from .settings import PlatformSettings
 from .teams.network_policies import NetworkPolicies, NetworkPoliciesArgs
 from .teams.quotas import claim_class_policy
 from .teams.team_spaces import space_quota_job, space_quotas
 from .teams.tenants import Teams, TeamsArgs
+from .tiers import registry
 from .tiers.acceptance import StorageAcceptance, StorageAcceptanceArgs
-from .tiers.juicefs import (
-    CHART_ACCOUNTS,
-    CLIENT_ENV_SECRET,
-    MOUNT_ACCOUNT,
-    SECRET_NAME,
-    JuiceFS,
-    JuiceFSArgs,
-    JuiceFSSource,
-)
-from .tiers.local_nvme import LocalNVMe, LocalNVMeArgs
-from .tiers.metadata_engine import MetadataEngine, MetadataEngineArgs, previous_engine, previous_flavor
-from .tiers.object_store import ObjectStore, ObjectStoreArgs, ScopedAccess
-from .tiers.rook_ceph import RookCeph, RookCephArgs
-from .tiers.storage_tiers import TIERS, StorageTiers, StorageTiersArgs, TierBackend, class_name
+from .tiers.backend import BuildContext, TierBackend
+from .tiers.juicefs import CLIENT_ENV_SECRET, SECRET_NAME, JuiceFS
+from .tiers.metadata_engine import MetadataEngine
+from .tiers.object_store import ObjectStore, ObjectStoreArgs
+from .tiers.rook_ceph import RookCeph
+from .tiers.storage_tiers import TIERS, StorageTiers, StorageTiersArgs, class_name
 from .training.fluid import BucketSource, Fluid, FluidArgs
 from .training.fluid_dataset import DatasetSettings, bucket_prefix
 from .training.trainer import Training, TrainingArgs
@@ -80,15 +73,19 @@ class Platform(pulumi.ComponentResource):
         super().__init__("ai-storage:platform:Platform", name, None, opts)
         s = args.settings
         s.sources.use()
-        backends = self._node_storage(name, s)
+        labels = s.monitoring.selector_labels if s.monitoring.enabled else None
+        built = BuildContext(name, s, self, labels, previous_outputs=args.previous_outputs)
+        self._build_backends(built, after_object_store=False)
+        self.rook_ceph = built.shared.get("rook_ceph")
         gateway = self.rook_ceph.rgw if self.rook_ceph else None
         protect = s.cluster.protect_stateful_resources
         store_args = ObjectStoreArgs(s.object_store, protect, expirations(s), gateway, s.monitoring.enabled)
         self.object_store = ObjectStore(f"{name}-object-store", store_args, pulumi.ResourceOptions(parent=self))
-        juicefs = self._juicefs(name, s, args.previous_outputs)
-        if juicefs is not None:
-            backends["juicefs"] = juicefs
-        tiers = self._tiers(name, s, backends)
+        built.object_store = self.object_store
+        self._build_backends(built, after_object_store=True)
+        self.metadata, self._volume = built.shared.get("metadata"), built.shared.get("juicefs_source")
+        juicefs: JuiceFS | None = built.shared.get("juicefs")
+        tiers = self._tiers(name, s, built.built)
         self._scheduling(name, s, tiers)
         self.teams = self._teams(name, s, juicefs)
         if s.monitoring.enabled:
@@ -98,61 +95,14 @@ class Platform(pulumi.ComponentResource):
         self.object_store.finish()
         self.register_outputs({"storage_classes": self.storage_classes})
 
-    def _node_storage(self, name: str, s: PlatformSettings) -> dict[str, TierBackend]:
-        """Rook-Ceph and TopoLVM, first: the ceph-rgw object store runs on Rook-Ceph. Their tier backends."""
-        child = pulumi.ResourceOptions(parent=self)
-        labels = s.monitoring.selector_labels if s.monitoring.enabled else None
-        backends: dict[str, TierBackend] = {}
-        self.rook_ceph = None
-        if s.rook_ceph.enabled:
-            rgw = s.object_store.backend == "ceph-rgw"
-            protect = s.cluster.protect_stateful_resources
-            args = RookCephArgs(s.rook_ceph, protect, rgw, labels, s.node_storage.specs())
-            self.rook_ceph = RookCeph(f"{name}-rook-ceph", args, child)
-            backends["cephfs"] = self.rook_ceph
-            backends["rbd"] = self.rook_ceph.block
-        if s.local_nvme.enabled:
-            nvme = LocalNVMeArgs(s.local_nvme, labels, s.node_storage.specs())
-            backends["topolvm"] = LocalNVMe(f"{name}-local-nvme", nvme, child)
-        return backends
+    def _build_backends(self, ctx: BuildContext, after_object_store: bool) -> None:
+        """The tier backends the stack enables (``tiers/registry.py``), those built before the object store (Ceph
+        RGW runs on Rook-Ceph) or after it (JuiceFS keeps its data there), into ``ctx.built``."""
+        for backend in registry.REGISTERED:
+            if backend.after_object_store == after_object_store and backend.is_on(ctx.settings):
+                ctx.built[backend.name] = backend.build(ctx)
 
-    def _juicefs(
-        self, name: str, s: PlatformSettings, previous_outputs: pulumi.Input[Mapping[str, Any]] | None
-    ) -> JuiceFS | None:
-        """The metadata engine, the volume on the object store and the JuiceFS CSI driver (with JuiceFS only)."""
-        self.metadata = None
-        self._volume: JuiceFSSource | None = None
-        if not s.juicefs.enabled:
-            return None
-        child = pulumi.ResourceOptions(parent=self)
-        m = s.monitoring
-        outputs = pulumi.Output.from_input(previous_outputs)
-        engine = outputs.apply(lambda o: previous_engine(o or {}))
-        flavor = outputs.apply(lambda o: previous_flavor(o or {}))
-        exporter = m.exporter_resources if m.enabled else None
-        protect = s.cluster.protect_stateful_resources
-        metadata = MetadataEngineArgs(s.metadata, protect, engine, flavor, exporter)
-        self.metadata = MetadataEngine(f"{name}-metadata", metadata, child)
-        store = self.object_store
-        volume = self._volume_access(s)
-        self._volume = JuiceFSSource(
-            s.juicefs.volume_name,
-            self.metadata.url,
-            store.storage_type,
-            store.bucket_url,
-            volume.access_key,
-            volume.secret_key,
-            self.metadata.client_env,
-            volume.role_arn,
-        )
-        backup = None
-        if s.juicefs.metadata_backup.enabled:
-            account = (s.juicefs.namespace, BACKUP_ACCOUNT)
-            backup = store.scoped_access("metadata-backup", BACKUP_PREFIX, account)
-        args = JuiceFSArgs(s.juicefs, self._volume, backup, s.node_storage.specs())
-        return JuiceFS(f"{name}-juicefs", args, child)
-
-    def _tiers(self, name: str, s: PlatformSettings, backends: dict[str, TierBackend]) -> StorageTiers:
+    def _tiers(self, name: str, s: PlatformSettings, backends: Mapping[str, TierBackend]) -> StorageTiers:
         """The tier StorageClasses on the enabled backends, and the fio acceptance Jobs that measure them."""
         child = pulumi.ResourceOptions(parent=self)
         tiers = StorageTiers(f"{name}-tiers", StorageTiersArgs(s.tiers, backends), child)
@@ -183,20 +133,6 @@ class Platform(pulumi.ComponentResource):
             secrets = (SECRET_NAME, CLIENT_ENV_SECRET)
             space_quota_job(f"{name}-team-space-quotas", s.juicefs.namespace, quotas, secrets, juicefs.ready, self)
         return Teams(f"{name}-teams", teams, pulumi.ResourceOptions(parent=self))
-
-    def _volume_access(self, s: PlatformSettings) -> ScopedAccess:
-        """The JuiceFS volume's access: only its data prefix (`juicefs format` stores a volume under
-        `<volume name>/`); with IAM roles, a role for the mount pods and the CSI controller and node."""
-        ns = s.juicefs.namespace
-        trusted = [(ns, account) for account in CHART_ACCOUNTS.values()]
-        for extra in s.object_store.s3.service_accounts:  # `namespace:name`
-            namespace, account = extra.split(":", 1)
-            if (namespace, account) not in trusted:
-                trusted.append((namespace, account))
-        volume = s.juicefs.volume_name
-        return self.object_store.scoped_access(
-            "juicefs-volume", f"{volume}/", (ns, MOUNT_ACCOUNT), also_trusted=trusted
-        )
 
     def _dataset_bucket(self, d: DatasetSettings) -> BucketSource:
         """The bucket as an Alluxio dataset reaches it: keys of the dataset's directory only (Fluid's runtimes

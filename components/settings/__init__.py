@@ -22,9 +22,12 @@ from ..protection.checkpoints import CheckpointProtection
 from ..teams.namespace_rules import team_namespace_problems
 from ..teams.network_policies import NetworkPolicySettings
 from ..teams.tenants import TeamsSettings, team_problems
+from ..tiers import registry
 from ..tiers.acceptance import AcceptanceSettings
 from ..tiers.capacity import CapacitySettings, capacity_problems
 from ..tiers.decision_records import checkpoint_sizing_problems, mds_sizing_problems
+from ..tiers.efs import EfsSettings
+from ..tiers.fsx_lustre import FsxLustreSettings
 from ..tiers.juicefs import JuiceFSSettings
 from ..tiers.local_nvme import LocalNVMeSettings
 from ..tiers.metadata_engine import MetadataSettings
@@ -99,6 +102,10 @@ class PlatformSettings(Section):
     """Rook-Ceph cluster, pools and filesystems (warm and checkpoint tiers, RGW)."""
     local_nvme: LocalNVMeSettings = LocalNVMeSettings()
     """TopoLVM node-local NVMe volumes (hot tier)."""
+    efs: EfsSettings = EfsSettings()
+    """Amazon EFS: an existing file system, an access point per claim (EKS)."""
+    fsx_lustre: FsxLustreSettings = FsxLustreSettings()
+    """Amazon FSx for Lustre: a file system per claim (EKS)."""
     acceptance: AcceptanceSettings = AcceptanceSettings()
     """fio acceptance Jobs per tier, with thresholds."""
     volcano: VolcanoSettings = VolcanoSettings()
@@ -122,19 +129,13 @@ class PlatformSettings(Section):
     capacity: CapacitySettings = CapacitySettings()
     """What the cluster's disks hold: every tier's promises must fit (docs/tiers.md, "Capacity")."""
 
-    def backends(self) -> dict[str, bool]:
-        """Which tier backends the stack enables."""
-        ceph = self.rook_ceph.enabled
-        return {"juicefs": self.juicefs.enabled, "cephfs": ceph, "rbd": ceph, "topolvm": self.local_nvme.enabled}
-
     def tier_placement(self, tier: str) -> dict[str, Any]:
         """Where a pod that measures ``tier`` can run, from the settings that place the tier's own node pods: the
         hot tier (TopoLVM) and a cold tier cached on the node cache volume live only on `localNvme.nodeSelector`'s
         nodes; every tier's node plugin tolerates `nodeStorage.tolerations`, so the pod does too."""
         backend = getattr(self.tiers, tier)
-        nvme = self.local_nvme
-        on_nvme_nodes = backend == "topolvm" or (backend == "juicefs" and nvme.enabled and nvme.cache_volume.enabled)
-        placement: dict[str, Any] = {"nodeSelector": dict(nvme.node_selector)} if on_nvme_nodes else {}
+        on_nvme_nodes = backend != registry.NONE and registry.get(backend).node_local(self)
+        placement: dict[str, Any] = {"nodeSelector": dict(self.local_nvme.node_selector)} if on_nvme_nodes else {}
         if self.node_storage.tolerations:
             placement["tolerations"] = self.node_storage.specs()
         return placement
@@ -155,7 +156,7 @@ class PlatformSettings(Section):
         ]
 
     def _tier_problems(self) -> list[Problem]:
-        enabled = self.backends()
+        enabled = registry.enabled(self)
         on = ", ".join(b for b, is_on in enabled.items() if is_on) or "none"
         return [
             Problem(
@@ -165,7 +166,7 @@ class PlatformSettings(Section):
                 f"enable the {backend} component or map the tier to another backend (or 'none')",
             )
             for tier in TIERS
-            if (backend := getattr(self.tiers, tier)) != "none" and not enabled[backend]
+            if (backend := getattr(self.tiers, tier)) != registry.NONE and not enabled[backend]
         ]
 
     def _storage_problems(self) -> list[Problem]:

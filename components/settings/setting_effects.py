@@ -230,6 +230,18 @@ EFFECTS: tuple[Entry, ...] = (
     ),
     Entry("localNvme.cacheVolume.*", E.NODE_ACTION, "the node-cache pod prepares the volume again; caches refill"),
     Entry("localNvme.*", E.COST, "controller replicas and webhooks"),
+    Entry(
+        "efs.enabled",
+        E.REPLACES,
+        "its tiers' StorageClasses go; bound volumes keep mounting (the EKS add-on stays), new claims fail",
+    ),
+    Entry("efs.*", E.REPLACES, "a StorageClass field: the class is replaced, new access points only"),
+    Entry(
+        "fsxLustre.enabled",
+        E.REPLACES,
+        "its tiers' StorageClasses go; bound file systems keep mounting (the EKS add-on stays), new claims fail",
+    ),
+    Entry("fsxLustre.*", E.REPLACES, "a StorageClass field: the class is replaced, new file systems only"),
     Entry("acceptance.namespace", E.REPLACES, NEW_NAME),
     Entry("acceptance.volumeSize", E.REPLACES, "each tier's acceptance claim is made again (test data only)"),
     Entry("acceptance.*", E.SAFE, "the acceptance Jobs run again (test data only)"),

@@ -34,9 +34,7 @@ from ..protection.checkpoints import OFFSITE_PREFIX
 from ..tiers.juicefs import JuiceFS
 from ..tiers.object_store import ObjectStore
 from ..tiers.storage_tiers import Tier
-from ..training import volcano
-from ..training.fluid_dataset import API as FLUID_API
-from ..training.fluid_dataset import DatasetSettings
+from ..training import fluid_dataset, volcano
 from . import artifacts
 from .quotas import TEAM_LABEL, QuotaSettings, limit_range_spec, over_quota, quota_spec
 from .team_io import TeamIoSettings
@@ -153,7 +151,7 @@ def team_problems(
     teams: TeamsSettings,
     volcano_queues: Sequence[str],
     volumes: bool,
-    fluid: Sequence[DatasetSettings] | None,
+    fluid: Sequence[fluid_dataset.DatasetSettings] | None,
 ) -> list[Problem]:
     """Team names used twice, queues Volcano or the platform already own, datasets without JuiceFS and a cold
     tier (``volumes``), Fluid datasets the platform does not have (``fluid``: its datasets, None when Fluid is
@@ -195,7 +193,7 @@ class TeamsArgs:
     """The Volcano release (installs the Queue CRD); None: no Queues."""
     fluid: pulumi.Resource | None = None
     """The Fluid component (its release and the datasets teams reference)."""
-    fluid_datasets: Sequence[DatasetSettings] = ()
+    fluid_datasets: Sequence[fluid_dataset.DatasetSettings] = ()
     """The platform's Fluid datasets."""
     protect: bool = False
     """Protect and retain the vended volumes and claims (`cluster.protectStatefulResources`)."""
@@ -320,7 +318,7 @@ class Teams(pulumi.ComponentResource):
     def _reference(
         self,
         name: str,
-        physical: DatasetSettings,
+        physical: fluid_dataset.DatasetSettings,
         ns_name: str,
         team: str,
         fluid: pulumi.Resource | None,
@@ -335,7 +333,7 @@ class Teams(pulumi.ComponentResource):
         mount = {"name": physical.name, "mountPoint": f"dataset://{physical.namespace}/{physical.name}"}
         dataset = k8s.apiextensions.CustomResource(
             f"{name}-reference",
-            api_version=FLUID_API,
+            api_version=fluid_dataset.API,
             kind="Dataset",
             metadata=meta,
             spec={"accessModes": ["ReadOnlyMany"], "mounts": [mount]},
@@ -343,7 +341,7 @@ class Teams(pulumi.ComponentResource):
         )
         k8s.apiextensions.CustomResource(
             f"{name}-thin-runtime",
-            api_version=FLUID_API,
+            api_version=fluid_dataset.API,
             kind="ThinRuntime",
             metadata=meta,
             spec={},

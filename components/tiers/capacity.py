@@ -12,18 +12,14 @@ table (``capacity_rows``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import Field
 
 from ..common.kube import gib_text, quantity_bytes
 from ..common.sections import DnsLabel, Problem, Quantity, Section
-from .ceph import filesystem_class
-from .storage_tiers import TIERS
-
-NEARFULL_RATIO = 0.85
-"""Ceph's ``mon_osd_nearfull_ratio`` (default): past it the cluster is in HEALTH_WARN; at 0.95 writes stop."""
+from . import registry
+from .backend import TIERS, Group, Tier
 
 
 class CapacitySettings(Section):
@@ -37,23 +33,9 @@ class CapacitySettings(Section):
     """Size of that volume group on each of them, GiB (the node cache volume is carved from it)."""
 
 
-@dataclass
-class Group:
-    """Tiers that share one store, what they are promised and what the store holds."""
-
-    name: str
-    capacity: float | None
-    """Usable bytes; None: not stated (or no bound)."""
-    held: str
-    """How ``capacity`` follows from the settings, in words."""
-    key: str
-    """The setting that states the store's size (named by a refusal)."""
-    promised: list[tuple[str, float]] = field(default_factory=list)
-
-
-def promised(s: Any) -> dict[str, list[tuple[str, float]]]:
+def promised(s: Any) -> dict[Tier, list[tuple[str, float]]]:
     """What the stack promises on each tier: (what, bytes)."""
-    out: dict[str, list[tuple[str, float]]] = {tier: [] for tier in TIERS}
+    out: dict[Tier, list[tuple[str, float]]] = {tier: [] for tier in TIERS}
     for team in s.teams.workspaces:
         for tier, quota in team.quota.tiers.items():
             if quota.storage is not None:
@@ -73,33 +55,9 @@ def groups(s: Any) -> dict[str, Group]:
         backend = getattr(s.tiers, tier)
         if backend == "none":
             continue
-        group = _store(s, tier, backend)
+        group = registry.get(backend).held(s, tier)
         out.setdefault(group.name, group).promised.extend((f"{tier}: {what}", size) for what, size in things)
     return out
-
-
-def _store(s: Any, tier: str, backend: str) -> Group:
-    c, ceph = s.capacity, s.rook_ceph
-    if backend in ("cephfs", "rbd") or (backend == "juicefs" and s.object_store.backend == "ceph-rgw"):
-        cls = filesystem_class(ceph, "checkpoint" if tier == "checkpoint" and backend == "cephfs" else "warm")
-        sizes = [quantity_bytes(v) for k, v in c.ceph_raw.items() if cls is None or k == cls]
-        raw = sum(sizes) if sizes else None
-        where = f"Ceph OSDs of class {cls}" if cls else "every Ceph OSD"
-        usable = raw / ceph.replica_size * NEARFULL_RATIO if raw else None
-        held = f"{gib_text(raw)} raw / {ceph.replica_size} copies x {NEARFULL_RATIO}" if raw else "not stated"
-        return Group(where, usable, held, f"capacity.cephRaw.{cls}" if cls else "capacity.cephRaw")
-    if backend == "topolvm":
-        cache = s.local_nvme.cache_volume.size_gib if s.local_nvme.cache_volume.enabled else 0
-        if c.nvme_nodes is None or c.volume_group_gib is None:
-            return Group("TopoLVM volume groups", None, "not stated", "capacity.volumeGroupGib")
-        usable = c.nvme_nodes * (c.volume_group_gib - cache) * 2.0**30
-        held = f"{c.nvme_nodes} nodes x ({c.volume_group_gib} GiB - the {cache} GiB node cache volume)"
-        return Group("TopoLVM volume groups", usable, held, "capacity.volumeGroupGib")
-    store = s.object_store.backend
-    if store == "minio":
-        size = s.object_store.minio.storage_size
-        return Group("MinIO", float(quantity_bytes(size)), f"its volume, {size}", "objectStore.minio.storageSize")
-    return Group(f"object store ({store})", None, "no bound", "objectStore.backend")
 
 
 def capacity_problems(s: Any) -> list[Problem]:

@@ -16,8 +16,13 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from ..common import versions
+from ..common.kube import gib_text, quantity_bytes
 from ..common.sections import DnsLabel, Problem, Regex, Resources, Section
+from .backend import Group
 from .ceph_toolbox import ToolboxSettings
+
+NEARFULL_RATIO = 0.85
+"""Ceph's ``mon_osd_nearfull_ratio`` (default): past it the cluster is in HEALTH_WARN; at 0.95 writes stop."""
 
 OPT_IN = {
     "accept_data_loss_risk": "set rookCeph.acceptDataLossRisk: true to accept the risk (dev only)",
@@ -324,6 +329,29 @@ class RookCephSettings(Section):
 def filesystem_class(s: RookCephSettings, role: str) -> str | None:
     """The device class of the ``warm`` or ``checkpoint`` filesystem's pools (None: every OSD)."""
     return (s.checkpoint.device_class if role == "checkpoint" else None) or s.device_class
+
+
+def filesystem_devices(s: RookCephSettings, role: str, fs_name: str) -> str:
+    """Which OSDs hold a filesystem's pools, in words (the StorageClass's `devices` annotation)."""
+    chosen = filesystem_class(s, role)
+    where = f"OSDs of Ceph device class {chosen}" if chosen else "every OSD of the Ceph cluster"
+    if role == "checkpoint":
+        apart = "apart from" if s.checkpoint_devices_apart() else "shared with"
+        return f"CephFilesystem {fs_name} on {where} ({apart} the warm tier's)"
+    return f"CephFilesystem {fs_name} on {where}"
+
+
+def held_on_ceph(settings: Any, role: str) -> Group:
+    """What the OSDs under the ``warm`` or ``checkpoint`` pools hold (``capacity.cephRaw``): raw / replicaSize x
+    the nearfull ratio, of the pools' device class (every class's sum when they use every OSD)."""
+    ceph, raw_by_class = settings.rook_ceph, settings.capacity.ceph_raw
+    cls = filesystem_class(ceph, role)
+    sizes = [quantity_bytes(v) for k, v in raw_by_class.items() if cls is None or k == cls]
+    raw = sum(sizes) if sizes else None
+    where = f"Ceph OSDs of class {cls}" if cls else "every Ceph OSD"
+    usable = raw / ceph.replica_size * NEARFULL_RATIO if raw else None
+    held = f"{gib_text(raw)} raw / {ceph.replica_size} copies x {NEARFULL_RATIO}" if raw else "not stated"
+    return Group(where, usable, held, f"capacity.cephRaw.{cls}" if cls else "capacity.cephRaw")
 
 
 def pool_spec(s: RookCephSettings, device_class: str | None = None) -> dict[str, Any]:

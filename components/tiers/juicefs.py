@@ -20,16 +20,11 @@ from pydantic import Field
 from ..backends.object_stores.bucket import ROLE_ANNOTATION, ScopedAccess, role_account
 from ..common import kube, versions
 from ..common.sections import DnsLabel, Section
-from ..protection.metadata_backup import (
-    BACKUP_ACCOUNT,
-    BackupSecrets,
-    BackupSettings,
-    backup_destination,
-    metadata_backup,
-)
+from ..protection import metadata_backup as backup
+from ..protection.metadata_backup import BackupSettings
+from .backend import Tier, TierClass
 from .node_cache import CACHE_PATH
 from .node_storage import default_tolerations, with_node_tolerations
-from .storage_tiers import Tier, TierClass
 
 DRIVER = "csi.juicefs.com"
 SECRET_NAME = "juicefs-volume"
@@ -273,14 +268,14 @@ class JuiceFS(pulumi.ComponentResource):
         access: ScopedAccess | None,
         volume: k8s.core.v1.Secret,
     ) -> None:
-        """The metadata backup CronJob, uploading with ``access`` (keys in a Secret of their own, or a
-        ServiceAccount with the backup's role)."""
+        """The metadata backup CronJob, uploading with ``access`` (keys in a Secret, or an account with a role)."""
         if access is None:
             raise TypeError("JuiceFSArgs.backup is required with juicefs.metadataBackup.enabled")
         child = pulumi.ResourceOptions(parent=self)
         after: list[pulumi.Resource] = [volume]
-        if access.role_arn is not None:
-            after.append(role_account(f"{name}-metadata-backup-account", BACKUP_ACCOUNT, ns, access.role_arn, self))
+        account = backup.BACKUP_ACCOUNT if access.role_arn is not None else None
+        if account is not None and access.role_arn is not None:
+            after.append(role_account(f"{name}-metadata-backup-account", account, ns, access.role_arn, self))
         else:
             after.append(
                 k8s.core.v1.Secret(
@@ -291,10 +286,9 @@ class JuiceFS(pulumi.ComponentResource):
                     opts=child,
                 )
             )
-        secrets = BackupSecrets(SECRET_NAME, CLIENT_ENV_SECRET, BACKUP_KEYS_SECRET)
-        account = BACKUP_ACCOUNT if access.role_arn is not None else None
-        target = pulumi.Output.from_input(v.bucket_url).apply(lambda url: backup_destination(v.storage, url))
-        metadata_backup(
+        secrets = backup.BackupSecrets(SECRET_NAME, CLIENT_ENV_SECRET, BACKUP_KEYS_SECRET)
+        target = pulumi.Output.from_input(v.bucket_url).apply(lambda url: backup.backup_destination(v.storage, url))
+        backup.metadata_backup(
             f"{name}-metadata-backup",
             s.metadata_backup,
             s.namespace,

@@ -17,9 +17,9 @@ from pydantic import Field
 
 from ..common import kube, versions
 from ..common.sections import DnsLabel, Problem, Section
+from .backend import BuildContext, Group, Registration, Tier, TierClass
 from .node_cache import CacheVolumeSettings, node_cache
 from .node_storage import default_tolerations, with_node_tolerations
-from .storage_tiers import Tier, TierClass
 
 DRIVER = "topolvm.io"
 
@@ -207,3 +207,29 @@ class LocalNVMe(pulumi.ComponentResource):
             allow_expansion=True,
             depends_on=[self._topolvm],
         )
+
+
+def _build(ctx: BuildContext) -> LocalNVMe:
+    s = ctx.settings
+    args = LocalNVMeArgs(s.local_nvme, ctx.monitoring_labels, s.node_storage.specs())
+    return LocalNVMe(f"{ctx.name}-local-nvme", args, pulumi.ResourceOptions(parent=ctx.parent))
+
+
+def _held(settings: Any, tier: Tier) -> Group:
+    """TopoLVM's volume group on each NVMe node less the node cache volume carved from it."""
+    c, nvme = settings.capacity, settings.local_nvme
+    cache = nvme.cache_volume.size_gib if nvme.cache_volume.enabled else 0
+    if c.nvme_nodes is None or c.volume_group_gib is None:
+        return Group("TopoLVM volume groups", None, "not stated", "capacity.volumeGroupGib")
+    usable = c.nvme_nodes * (c.volume_group_gib - cache) * 2.0**30
+    held = f"{c.nvme_nodes} nodes x ({c.volume_group_gib} GiB - the {cache} GiB node cache volume)"
+    return Group("TopoLVM volume groups", usable, held, "capacity.volumeGroupGib")
+
+
+def _node_local(settings: Any) -> bool:
+    """always"""
+    return True
+
+
+TOPOLVM = Registration("topolvm", "local_nvme", ("hot", "block"), _build, _held, node_local=_node_local)
+"""Node-local (RWO) volumes, only on `localNvme.nodeSelector`'s nodes."""

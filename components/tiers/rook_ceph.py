@@ -4,7 +4,8 @@ Three steps, in order: the ``rook-ceph`` chart (operator, Rook CRDs, and the cep
 installs the ``csi.ceph.io`` CRDs), the ``ceph-csi-drivers`` chart that Rook v1.20 needs for any CSI pod to
 start (installed with Rook's recommended values), then the CephCluster, CephBlockPool and CephFilesystems as
 custom resources this package owns (their specs and settings are in ``ceph``), so each is checked against
-the upstream CRD schema and guarded by ``protect``.
+the upstream CRD schema and guarded by ``protect``. It serves two tier backends (``CEPHFS``, ``RBD``) and builds
+the CephFilesystems the tier map asks for (``filesystem_roles``).
 """
 
 from __future__ import annotations
@@ -18,10 +19,18 @@ import pulumi_kubernetes as k8s
 
 from ..backends.object_stores.ceph_rgw import API, RgwGateway
 from ..common import kube, versions
-from .ceph import RookCephSettings, cluster_spec, filesystem_class, filesystem_spec, object_store_spec, pool_spec
+from .backend import TIERS, BuildContext, Registration, Tier, TierClass
+from .ceph import (
+    RookCephSettings,
+    cluster_spec,
+    filesystem_devices,
+    filesystem_spec,
+    held_on_ceph,
+    object_store_spec,
+    pool_spec,
+)
 from .ceph_toolbox import toolbox
 from .node_storage import default_tolerations, with_node_tolerations
-from .storage_tiers import Tier, TierClass
 
 PROVISIONER_SECRET = "rook-csi-cephfs-provisioner"
 NODE_SECRET = "rook-csi-cephfs-node"
@@ -172,10 +181,13 @@ class RookCephArgs:
     """Let Rook create the mgr's ServiceMonitor with these labels (the Prometheus Operator's selection)."""
     node_tolerations: list[dict[str, Any]] = field(default_factory=default_tolerations)
     """Taints the Ceph CSI node plugins tolerate (`nodeStorage.tolerations`)."""
+    filesystems: Sequence[str] = ("warm", "checkpoint")
+    """The CephFilesystems to build, by role (the Platform passes ``filesystem_roles`` of its tier map)."""
 
 
 class RookCeph(pulumi.ComponentResource):
-    """Rook operator, Ceph-CSI drivers, CephCluster, block pool, warm and checkpoint filesystems, optional RGW."""
+    """Rook operator, Ceph-CSI drivers, CephCluster, block pool, the warm and checkpoint filesystems asked for,
+    optional RGW."""
 
     cluster_name: pulumi.Output[str]
     """CephCluster name (also the CSI clusterID: the cluster namespace)."""
@@ -216,7 +228,8 @@ class RookCeph(pulumi.ComponentResource):
         self.block = CephBlock(s.namespace, s.block_pool, rbd_snapshots, [csi, pool, *self._snapshot_classes.values()])
         self._fs: dict[str, list[pulumi.Resource]] = {}
         self.filesystems = {}
-        for role, fs_name in (("warm", s.warm_filesystem), ("checkpoint", s.checkpoint_filesystem)):
+        for role in args.filesystems:
+            fs_name = s.checkpoint_filesystem if role == "checkpoint" else s.warm_filesystem
             spec = filesystem_spec(s, role)
             fs = self._custom(f"{role}-fs", "CephFilesystem", fs_name, spec, after_cluster)
             group_spec = {"name": CSI_SUBVOLUME_GROUP, "filesystemName": fs_name}
@@ -298,11 +311,33 @@ class RookCeph(pulumi.ComponentResource):
         )
 
 
-def filesystem_devices(s: RookCephSettings, role: str, fs_name: str) -> str:
-    """Which OSDs hold a filesystem's pools, in words (the StorageClass's `devices` annotation)."""
-    chosen = filesystem_class(s, role)
-    where = f"OSDs of Ceph device class {chosen}" if chosen else "every OSD of the Ceph cluster"
-    if role == "checkpoint":
-        apart = "apart from" if s.checkpoint_devices_apart() else "shared with"
-        return f"CephFilesystem {fs_name} on {where} ({apart} the warm tier's)"
-    return f"CephFilesystem {fs_name} on {where}"
+def filesystem_roles(tiers: Any) -> tuple[str, ...]:
+    """The CephFilesystems a tier map needs: ``checkpoint`` for a checkpoint tier on cephfs, ``warm`` for any other
+    tier on it (none when no tier is)."""
+    mapped = {"checkpoint" if tier == "checkpoint" else "warm" for tier in TIERS if getattr(tiers, tier) == "cephfs"}
+    return tuple(role for role in ("warm", "checkpoint") if role in mapped)
+
+
+def _rook_ceph(ctx: BuildContext) -> RookCeph:
+    """The Rook-Ceph system, built once for both of its backends (first: Ceph RGW may be the object store)."""
+    if "rook_ceph" not in ctx.shared:
+        s = ctx.settings
+        rgw, protect = s.object_store.backend == "ceph-rgw", s.cluster.protect_stateful_resources
+        roles = filesystem_roles(s.tiers)
+        args = RookCephArgs(s.rook_ceph, protect, rgw, ctx.monitoring_labels, s.node_storage.specs(), roles)
+        ctx.shared["rook_ceph"] = RookCeph(f"{ctx.name}-rook-ceph", args, pulumi.ResourceOptions(parent=ctx.parent))
+    return ctx.shared["rook_ceph"]
+
+
+CEPHFS = Registration(
+    "cephfs",
+    "rook_ceph",
+    ("hot", "warm", "cold", "checkpoint"),
+    _rook_ceph,
+    lambda settings, tier: held_on_ceph(settings, "checkpoint" if tier == "checkpoint" else "warm"),
+)
+"""CephFS (RWX): its own filesystem for the checkpoint tier, the warm one for any other."""
+RBD = Registration(
+    "rbd", "rook_ceph", ("hot", "block"), lambda ctx: _rook_ceph(ctx).block, lambda s, tier: held_on_ceph(s, "warm")
+)
+"""RBD images (RWO) from the block pool, on the warm tier's device class."""

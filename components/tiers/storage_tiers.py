@@ -1,26 +1,25 @@
 """StorageTiers: the StorageClasses a training job asks for by tier, never by backend.
 
-Each backend component (JuiceFS, RookCeph, LocalNVMe) describes what it contributes to a tier as a
-``TierClass``; this component turns the stack's tier-to-backend map into StorageClasses named after the tiers,
-each annotated with what its tier was sized for (``decision_records``).
+Each backend component (``registry`` lists them: Rook CephFS and RBD, TopoLVM, JuiceFS, EFS, FSx for Lustre)
+describes what it contributes to a tier as a ``TierClass``; this component turns the stack's tier-to-backend map
+into StorageClasses named after the tiers, each annotated with what its tier was sized for (``decision_records``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
 
 import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field
 
 from ..common.sections import DnsLabel, Problem, Section
+from . import registry
+from .backend import TIERS, Tier, TierBackend
 from .decision_records import DeviceSpeed, TierDecisions, record_annotations
-
-Tier = Literal["hot", "warm", "cold", "checkpoint", "block"]
-TIERS: tuple[Tier, ...] = ("hot", "warm", "cold", "checkpoint", "block")
-Backend = Literal["topolvm", "cephfs", "rbd", "juicefs", "none"]
+from .registry import Backend
 
 NAME_PREFIX = r"^([a-z0-9][-a-z0-9]{0,30}-)?$"
 """A StorageClass name prefix ending in '-', or empty."""
@@ -55,36 +54,22 @@ class TiersSettings(Section):
     docs/config.md)."""
 
     def problems(self) -> list[Problem]:
-        """The default tier has a backend."""
+        """Each tier's backend may serve it; the default tier has a backend."""
+        found = [
+            Problem(
+                tier,
+                f"expected a backend that serves the {tier} tier ({', '.join(registry.serving(tier))}, or 'none')",
+                backend,
+                f"{backend} serves {', '.join(registry.get(backend).serves)} (docs/tiers.md, 'Backends')",
+            )
+            for tier in TIERS
+            if (backend := getattr(self, tier)) != "none" and tier not in registry.get(backend).serves
+        ]
         if self.default_tier and getattr(self, self.default_tier) == "none":
-            return [Problem("defaultTier", "expected a tier that has a backend", self.default_tier, "map it first")]
-        return []
-
-
-@dataclass(frozen=True)
-class TierClass:
-    """What a backend contributes to one tier's StorageClass."""
-
-    provisioner: str
-    parameters: Mapping[str, pulumi.Input[str]]
-    access_mode: Literal["ReadWriteOnce", "ReadWriteMany"]
-    binding_mode: Literal["Immediate", "WaitForFirstConsumer"] = "Immediate"
-    allow_expansion: bool = True
-    mount_options: Sequence[str] = ()
-    snapshot_class: str | None = None
-    """The VolumeSnapshotClass of the class's CSI driver, when the platform makes one."""
-    devices: str | None = None
-    """Which devices hold the tier's data, in words (annotated on the StorageClass), when the backend says."""
-    depends_on: Sequence[pulumi.Resource] = field(default_factory=list)
-    """Resources the class needs first (the CSI driver, the pool or filesystem it names)."""
-
-
-class TierBackend(Protocol):
-    """A component that can serve tiers."""
-
-    def tier_class(self, tier: Tier) -> TierClass:
-        """The StorageClass shape this backend gives ``tier``."""
-        ...
+            found.append(
+                Problem("defaultTier", "expected a tier that has a backend", self.default_tier, "map it first")
+            )
+        return found
 
 
 @dataclass
@@ -93,7 +78,7 @@ class StorageTiersArgs:
 
     settings: TiersSettings
     backends: Mapping[str, TierBackend]
-    """The enabled backend components by backend name (`juicefs`, `cephfs`, `topolvm`)."""
+    """The enabled backend components by backend name (``registry``: `juicefs`, `cephfs`, `topolvm`, ...)."""
 
 
 def class_name(settings: TiersSettings, tier: Tier) -> str:

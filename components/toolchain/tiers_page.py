@@ -12,9 +12,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pydantic.alias_generators import to_camel
+
 from ..settings import PROJECT, PlatformSettings, decode, load_settings
 from ..settings.design_values import differences
-from ..tiers.capacity import NEARFULL_RATIO, capacity_rows
+from ..tiers import registry
+from ..tiers.capacity import capacity_rows
+from ..tiers.ceph import NEARFULL_RATIO
 from ..tiers.decision_records import DecisionRecord, record_annotations
 from ..tiers.storage_tiers import TIERS, class_name
 from .render import ROOT, stack_file_config
@@ -34,6 +38,24 @@ def _stack_settings(stack: str, root: Path) -> PlatformSettings:
     config, _ = stack_file_config(root / f"Pulumi.{stack}.yaml")
     prefix = f"{PROJECT}:"
     return load_settings(stack, {k[len(prefix) :]: decode(v) for k, v in config.items() if k.startswith(prefix)})
+
+
+def _backends() -> list[str]:
+    """Each registered backend (``tiers/registry.py``): its settings section, the tiers it may serve, where it
+    runs and when the Platform builds it."""
+    lines = [
+        "Each tier maps to one of these (`tiers.<tier>`, or `none`); a tier mapped to a backend that does not serve",
+        "it, or to one the stack leaves off, is refused. `components/tiers/registry.py` lists them.",
+        "",
+        "| backend | settings | serves | node-local | built |",
+        "|---|---|---|---|---|",
+    ]
+    for r in registry.REGISTERED:
+        section = to_camel(r.section)
+        when = "after the object store" if r.after_object_store else "before the object store"
+        local = " ".join((r.node_local.__doc__ or "no").split())
+        lines.append(f"| {r.name} | [`{section}`](config.md) | {', '.join(r.serves)} | {local} | {when} |")
+    return [*lines, ""]
 
 
 def _records(settings: dict[str, PlatformSettings]) -> list[str]:
@@ -185,6 +207,9 @@ def tiers_page(root: Path = ROOT, results: Path = RESULTS) -> str:
         "|---|---|",
         *(f"| {key} | {text} |" for key, text in doc.items()),
         "",
+        "## Backends",
+        "",
+        *_backends(),
         "## Decision records, by stack",
         "",
         *_records(settings),

@@ -318,6 +318,29 @@ CROSS_FIELD: list[tuple[str, str, dict[str, Any], str, str]] = [
         f"{THRESHOLDS}.prefetchHitRatioPercent.critical",
         "expected critical below warning",
     ),
+    ("EfsSettings", "platform", {"efs.enabled": True}, "efs.fileSystemId", "expected an EFS file system id (fs-...)"),
+    (
+        "EfsSettings",
+        "platform",
+        {"efs.gidRangeStart": 5000, "efs.gidRangeEnd": 5000},
+        "efs.gidRangeEnd",
+        "expected more than gidRangeStart (5000)",
+    ),
+    ("FsxLustreSettings", "platform", {"fsxLustre.enabled": True}, "fsxLustre.subnetId", "expected a subnet id"),
+    (
+        "FsxLustreSettings",
+        "platform",
+        {"fsxLustre.deploymentType": "SCRATCH_2"},
+        "fsxLustre.perUnitStorageThroughput",
+        "expected none for scratch",
+    ),
+    (
+        "FsxLustreSettings",
+        "platform",
+        {"fsxLustre.perUnitStorageThroughput": 200},
+        "fsxLustre.perUnitStorageThroughput",
+        "expected one of 125, 250, 500, 1000",
+    ),
     (
         "RookCephSettings",
         "platform",
@@ -449,6 +472,13 @@ CROSS_FIELD: list[tuple[str, str, dict[str, Any], str, str]] = [
         {"tiers.hot": "none", "tiers.defaultTier": "hot"},
         "tiers.defaultTier",
         "a tier that has a backend",
+    ),
+    (
+        "TiersSettings",
+        "platform",
+        {"tiers.warm": "topolvm"},
+        "tiers.warm",
+        "expected a backend that serves the warm tier",
     ),
     (
         "TeamSettings",

@@ -15,7 +15,7 @@ from components.settings import load_settings
 from components.tiers.node_cache import CACHE_PATH, LV_NAME
 from tests.conftest import STACKS, by_name, objects, stack_settings
 
-SIZES = {"dev": 16, "staging": 800, "prod": 1700, "eks-gpu-prod": 1700}
+SIZES = {"dev": 16, "staging": 800, "prod": 1700, "eks-gpu-prod": 1700, "eks-gpu-prod-aws": 1700}
 
 
 @pytest.mark.parametrize("stack", STACKS)

@@ -313,7 +313,7 @@ def test_cli_renders_the_example_and_exits_2_on_a_bad_value(tmp_path, capsys, as
 
 def test_example_imports_the_library_by_its_installed_name_only():
     source = (TEAM_EXAMPLE / "__main__.py").read_text()
-    assert "from ai_storage_platform." in source
+    assert "from ai_storage_platform import" in source
     assert "import components" not in source and "from components" not in source
     assert (TEAM_EXAMPLE / "requirements.txt").read_text().splitlines()[-1] == "../.."
 
