@@ -88,8 +88,10 @@ def storage_daemonsets(result: render.Rendering) -> dict[str, list[dict[str, Any
 def test_every_storage_node_plugin_tolerates_the_gpu_taint(stack):
     daemonsets = storage_daemonsets(rendered(stack))
     drivers = {name.split("/")[0] for name in daemonsets}
-    fluid = {"fluid"} if stack_settings(stack).fluid.enabled_datasets() else set()  # a FUSE DaemonSet per dataset
-    assert drivers == {"juicefs-csi-driver", "topolvm", "ceph-csi-drivers", *fluid}, drivers
+    settings = stack_settings(stack)
+    fluid = {"fluid"} if settings.fluid.enabled_datasets() else set()  # a FUSE DaemonSet per dataset
+    ceph = {"ceph-csi-drivers"} if settings.rook_ceph.enabled else set()  # EFS and FSx: the EKS add-ons' (docs/eks.md)
+    assert drivers == {"juicefs-csi-driver", "topolvm", *ceph, *fluid}, drivers
     assert [name for name, tolerations in daemonsets.items() if not tolerates(tolerations, GPU_TAINT)] == []
 
 
