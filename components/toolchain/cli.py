@@ -31,7 +31,7 @@ def config_reference() -> str:
     from ..teams.team import TeamSettings
 
     team = (
-        "Team workspace (`ai_storage_platform.team`)",
+        "Team workspace (`ai_storage_platform.teams.team`)",
         "Keys of a team's own Pulumi project that uses the library in the namespace the platform vended to it\n"
         "(`teams.workspaces`; see `examples/team-training`), set as `<project>:<key>` (e.g.\n"
         "`team-training:workspace`) and read by `load_team_settings(stack_config())`. None is a secret.",
