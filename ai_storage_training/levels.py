@@ -5,7 +5,9 @@ library imports nothing of the platform."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Literal, NamedTuple
+
+Status = Literal["ok", "warning", "critical"]
 
 
 class Level(NamedTuple):
@@ -14,6 +16,18 @@ class Level(NamedTuple):
     warning: float
     critical: float
     below: bool = False
+
+    def judge(self, value: float) -> Status:
+        """``ok``, ``warning`` or ``critical`` for ``value``."""
+        worse = (lambda level: value < level) if self.below else (lambda level: value > level)
+        if worse(self.critical):
+            return "critical"
+        return "warning" if worse(self.warning) else "ok"
+
+    def describe(self) -> str:
+        """``warning < 100, critical < 50``."""
+        op = "<" if self.below else ">"
+        return f"warning {op} {self.warning:g}, critical {op} {self.critical:g}"
 
 
 LEVELS = {

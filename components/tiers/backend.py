@@ -95,10 +95,6 @@ class Registration:
     node_local: Callable[[Any], bool] = lambda settings: False
     """Its volumes live only on `localNvme.nodeSelector`'s nodes (a pod measuring the tier must run there)."""
 
-    def section_of(self, settings: Any) -> Any:
-        """The backend's settings section in the tree."""
-        return getattr(settings, self.section)
-
     def is_on(self, settings: Any) -> bool:
         """Whether the stack enables it (its section's ``enabled``)."""
-        return bool(self.section_of(settings).enabled)
+        return bool(getattr(settings, self.section).enabled)

@@ -273,9 +273,9 @@ class JuiceFS(pulumi.ComponentResource):
             raise TypeError("JuiceFSArgs.backup is required with juicefs.metadataBackup.enabled")
         child = pulumi.ResourceOptions(parent=self)
         after: list[pulumi.Resource] = [volume]
-        account = backup.BACKUP_ACCOUNT if access.role_arn is not None else None
-        if account is not None and access.role_arn is not None:
-            after.append(role_account(f"{name}-metadata-backup-account", account, ns, access.role_arn, self))
+        account = backup.BACKUP_ACCOUNT if (role := access.role_arn) is not None else None
+        if role is not None:
+            after.append(role_account(f"{name}-metadata-backup-account", backup.BACKUP_ACCOUNT, ns, role, self))
         else:
             after.append(
                 k8s.core.v1.Secret(

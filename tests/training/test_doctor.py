@@ -14,10 +14,9 @@ import time
 import pytest
 
 from ai_storage_training.doctor import juicefs as doctor_juicefs
-from ai_storage_training.doctor.thresholds import THRESHOLDS, Threshold
-from ai_storage_training.levels import LEVELS
-from components.observability.alert_settings import AlertThresholds, FloorThreshold, design
-from components.observability.alert_settings import Threshold as Threshold_
+from ai_storage_training.doctor.thresholds import THRESHOLDS
+from ai_storage_training.levels import LEVELS, Level
+from components.observability.alert_settings import AlertThresholds, FloorThreshold, Threshold, design
 from tests.training.conftest import beyond_progress
 
 FIGURES = {
@@ -161,7 +160,7 @@ def test_the_doctor_and_the_platform_alerts_judge_by_the_design_levels_in_one_pl
 
 def test_a_threshold_type_on_the_other_side_of_the_design_levels_fails():
     with pytest.raises(TypeError, match="read_throughput_mb_s: Threshold alerts > its levels"):
-        design("read_throughput_mb_s", Threshold_)
+        design("read_throughput_mb_s", Threshold)
     with pytest.raises(TypeError, match="checkpoint_save_seconds: FloorThreshold alerts < its levels"):
         design("checkpoint_save_seconds", FloorThreshold)
 
@@ -169,12 +168,12 @@ def test_a_threshold_type_on_the_other_side_of_the_design_levels_fails():
 @pytest.mark.parametrize(
     ("threshold", "value", "status"),
     [
-        (Threshold(100, 50, below=True), 100, "ok"),
-        (Threshold(100, 50, below=True), 99.9, "warning"),
-        (Threshold(100, 50, below=True), 49, "critical"),
-        (Threshold(30, 60), 30, "ok"),
-        (Threshold(30, 60), 31, "warning"),
-        (Threshold(30, 60), 61, "critical"),
+        (Level(100, 50, below=True), 100, "ok"),
+        (Level(100, 50, below=True), 99.9, "warning"),
+        (Level(100, 50, below=True), 49, "critical"),
+        (Level(30, 60), 30, "ok"),
+        (Level(30, 60), 31, "warning"),
+        (Level(30, 60), 61, "critical"),
     ],
 )
 def test_a_figure_is_judged_on_the_bad_side_of_its_levels(threshold, value, status):
